@@ -9,7 +9,7 @@
 
 #include "model/config.h"
 #include "model/forward_batch.h"
-#include "model/sampling.h"
+#include "core/sampling.h"
 
 namespace osprey::model {
 

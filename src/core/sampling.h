@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-namespace osprey::model {
+namespace osprey {
 
 struct SamplingParams {
     float temperature = 1.0f;  // 0 means greedy
@@ -38,4 +38,4 @@ struct SampleResult {
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
 };
 
-}  // namespace osprey::model
+}  // namespace osprey

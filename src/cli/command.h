@@ -1,0 +1,44 @@
+// Subcommands of the `osprey` executable. Each lives in its own cmd_<name>.cpp and registers itself:
+//   OSPREY_COMMAND(generate, "run the model on a prompt", run_generate);
+// The executable is built from every cmd_*.cpp in this folder.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace osprey::cli {
+
+using CommandFn = std::function<int(const std::vector<std::string>& args)>;  // args after the name
+
+struct Command {
+    std::string name;
+    std::string summary;
+    CommandFn run;
+};
+
+std::vector<Command>& registry();
+bool register_command(Command c);
+
+// A small flag parser: --name value, --name=value and boolean --flag. Unknown flags are errors
+// naming the flag. Positional arguments are kept in order.
+class Args {
+public:
+    Args(const std::vector<std::string>& args, std::vector<std::string> value_flags,
+         std::vector<std::string> bool_flags = {});
+    bool has(std::string_view flag) const;
+    std::string get(std::string_view flag, std::string_view fallback = "") const;
+    long long get_int(std::string_view flag, long long fallback) const;
+    double get_double(std::string_view flag, double fallback) const;
+    const std::vector<std::string>& positional() const { return positional_; }
+
+private:
+    std::vector<std::pair<std::string, std::string>> values_;
+    std::vector<std::string> positional_;
+};
+
+}  // namespace osprey::cli
+
+#define OSPREY_COMMAND(name, summary, fn) \
+    static const bool osprey_command_registered_##name = ::osprey::cli::register_command({#name, summary, fn})
