@@ -31,7 +31,8 @@ function(osprey_test name)
   target_compile_definitions(${name} PRIVATE
     OSPREY_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     OSPREY_SHARED_DIR="${OSPREY_SHARED_DIR}"
-    OSPREY_BINARY_DIR="${PROJECT_BINARY_DIR}")
+    OSPREY_BINARY_DIR="${PROJECT_BINARY_DIR}"
+    OSPREY_PYTHON="${OSPREY_PYTHON}")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
     PROPERTIES LABELS ${ARG_LABEL} TIMEOUT ${ARG_TIMEOUT}
@@ -40,3 +41,7 @@ endfunction()
 
 # Where the shared conformance data and the o200k rank file live (tests and CI only).
 set(OSPREY_SHARED_DIR "${PROJECT_SOURCE_DIR}/../shared" CACHE PATH "shared/ folder with conformance data")
+
+# The Python interpreter (a venv made by scripts/deps.sh) that differential tests use to run the
+# reference implementations (tiktoken, openai-harmony). Tests skip themselves when it is empty.
+set(OSPREY_PYTHON "" CACHE FILEPATH "python with the test requirements (scripts/requirements-test.txt)")
