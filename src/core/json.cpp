@@ -22,7 +22,7 @@ const char* type_name(Type t) {
 }
 
 Value::Value(double d) {
-    Number n{d, 0, false};
+    Number n{d, 0, false, true};
     if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) {
         n.i = int64_t(d);
         n.is_int = true;
@@ -31,6 +31,7 @@ Value::Value(double d) {
 }
 
 bool Value::is_integer() const { return is_number() && std::get<Number>(v_).is_int; }
+bool Value::is_float() const { return is_number() && std::get<Number>(v_).is_float; }
 
 #define OSPREY_JSON_EXPECT(want)                                                                   \
     OSPREY_CHECK(type() == Type::want, "expected a JSON ", type_name(Type::want), ", got ", \

@@ -26,9 +26,9 @@ public:
     Value() = default;  // null
     Value(std::nullptr_t) {}
     Value(bool b) : v_(b) {}
-    Value(int i) : v_(Number{double(i), int64_t(i), true}) {}
-    Value(int64_t i) : v_(Number{double(i), i, true}) {}
-    Value(uint64_t i) : v_(Number{double(i), int64_t(i), i <= uint64_t(INT64_MAX)}) {}
+    Value(int i) : v_(Number{double(i), int64_t(i), true, false}) {}
+    Value(int64_t i) : v_(Number{double(i), i, true, false}) {}
+    Value(uint64_t i) : v_(Number{double(i), int64_t(i), i <= uint64_t(INT64_MAX), false}) {}
     Value(double d);
     Value(const char* s) : v_(std::string(s)) {}
     Value(std::string s) : v_(std::move(s)) {}
@@ -41,6 +41,10 @@ public:
     bool is_bool() const { return type() == Type::boolean; }
     bool is_number() const { return type() == Type::number; }
     bool is_integer() const;  // a number with an exact int64 value
+    // A number that was written with a fraction or exponent (or built from a double), even when its
+    // value is integral: "1.0" -> true, "1" -> false. Renderers that must reproduce serde_json's
+    // float formatting ("1.0") need this.
+    bool is_float() const;
     bool is_string() const { return type() == Type::string; }
     bool is_array() const { return type() == Type::array; }
     bool is_object() const { return type() == Type::object; }
@@ -75,6 +79,7 @@ private:
         double d = 0;
         int64_t i = 0;
         bool is_int = false;
+        bool is_float = false;  // built from a double (a literal with '.', 'e' or out of int64 range)
     };
     // Index order must match Type.
     std::variant<std::monostate, bool, Number, std::string, std::shared_ptr<Array>, std::shared_ptr<Object>> v_;
