@@ -1,0 +1,132 @@
+// The engine: turns requests (token ids + sampling parameters) into streams of generated tokens,
+// running one model backend (ModelRunner) from one engine thread. It owns admission, the scheduler
+// (continuous batching, chunked prefill, preemption), the paged KV cache with prefix caching, and
+// sampling. Tests: tests/engine/test_engine*.cpp (fake runner) and test_engine_cpu_reference.cpp.
+//
+// Use:
+//   Engine engine(runner, EngineOptions{});
+//   engine.start();                                  // the engine thread; or call step() yourself
+//   auto stream = engine.submit(request);            // throws osprey::Error on a bad request
+//   while (!stream->done()) { Event e = stream->pop(); ... }
+//   stream->cancel();                                // any time, from any thread
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/request_stream.h"
+#include "model/runner.h"
+
+namespace osprey::engine {
+
+class Scheduler;
+
+struct EngineOptions {
+    int page_size = 32;                 // tokens per KV page of the full-attention layers
+    double kv_memory_fraction = 0.9;    // share of ModelRunner::kv_budget_bytes() given to the KV cache
+    int64_t max_kv_tokens = 0;          // > 0: cap the cache at this many tokens (tests, small hosts)
+    int max_num_seqs = 64;              // running sequences at once (= window slots)
+    int max_batch_tokens = 2048;        // tokens per forward step (prefill chunks + decodes)
+    int max_model_len = 0;              // 0: the model's max_position (capped by what the cache holds)
+    bool enable_prefix_caching = true;  // share full pages between requests with a common prefix
+    int max_top_logprobs = 20;          // largest SamplingParams::top_logprobs accepted
+    int max_n = 16;                     // largest Request::n accepted
+    bool check_invariants = false;      // check every bookkeeping invariant after each step (tests)
+};
+
+// Counters for logs, /metrics and tests; a consistent snapshot taken between steps.
+struct EngineStats {
+    int n_waiting = 0;               // sequences waiting (new or preempted)
+    int n_running = 0;               // sequences holding a window slot and pages
+    int n_pages = 0;                 // pages in the KV cache
+    int n_free_pages = 0;            // pages with no reference
+    int n_cached_pages = 0;          // pages indexed by the prefix cache (some may also be in use)
+    int page_size = 0;
+    int max_model_len = 0;
+    int64_t kv_capacity_tokens = 0;  // n_pages * page_size
+    uint64_t n_steps = 0;
+    uint64_t n_prefill_tokens = 0;   // tokens run through forward as prefill (replays included)
+    uint64_t n_decode_tokens = 0;
+    uint64_t n_prefix_hit_tokens = 0;
+    uint64_t n_preemptions = 0;
+    uint64_t n_finished = 0;         // samples finished, any reason
+    uint64_t n_generated_tokens = 0;
+};
+
+// How the KV budget was split; logged at start-up.
+struct KvPlan {
+    model::KvLayout layout;
+    size_t page_bytes = 0;        // one page, all full-attention layers
+    size_t window_slot_bytes = 0; // one slot, all sliding-window layers
+    size_t total_bytes = 0;       // pages + slots
+    // Bytes the sliding layers would need for the same token capacity if they were paged like the
+    // full layers, minus what their window slots take: the saving of the window slots.
+    int64_t window_saved_bytes = 0;
+};
+KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& options);
+
+class Engine {
+public:
+    // Sizes and allocates the KV cache on `runner` (which must outlive the engine).
+    Engine(model::ModelRunner& runner, EngineOptions options);
+    ~Engine();  // stops the thread; unfinished requests end with reason abort
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    // Validates and queues a request; thread-safe. Throws osprey::Error naming the problem (empty
+    // prompt, token id outside the vocabulary, prompt + max_new_tokens over max_model_len, bad
+    // sampling parameter, ...). Nothing is truncated silently.
+    std::shared_ptr<RequestStream> submit(Request request);
+    // Cancels every live request with this id (same as RequestStream::cancel); false if none.
+    bool cancel(const std::string& id);
+
+    // Runs the step loop on a thread of the engine's own until stop() or destruction.
+    void start();
+    void stop();
+    // Without start(): runs one step on the calling thread. Returns false when there was nothing
+    // to do (no live request).
+    bool step();
+    // Without start(): steps until no request is live.
+    void run_until_idle();
+
+    EngineStats stats() const;
+    int max_model_len() const { return max_model_len_; }
+    const KvPlan& kv_plan() const { return kv_plan_; }
+    const model::ModelRunner& runner() const { return runner_; }
+
+private:
+    void loop();
+    bool step_locked_out();  // one step; the caller holds step_mu_
+    void fail_all(const std::string& message);
+
+    model::ModelRunner& runner_;
+    const EngineOptions options_;
+    KvPlan kv_plan_;
+    int max_model_len_ = 0;
+
+    std::unique_ptr<Scheduler> scheduler_;  // touched only by the stepping thread (under step_mu_)
+    std::mutex step_mu_;
+
+    // Submissions and cancellations cross threads here.
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::vector<std::pair<std::shared_ptr<RequestStream>, Request>> incoming_;
+    std::vector<std::weak_ptr<RequestStream>> live_;  // for cancel(id)
+    bool wake_ = false;
+    uint64_t next_uid_ = 1;
+    EngineStats stats_;  // copy published after each step
+
+    std::thread thread_;
+    std::atomic<bool> stop_{false};
+    bool started_ = false;
+    std::vector<float> logits_;  // [n_logit_rows, vocab_size] scratch (when logits are read back)
+};
+
+}  // namespace osprey::engine

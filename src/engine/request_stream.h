@@ -1,0 +1,69 @@
+// The per-request event queue between the engine thread (producer) and one consumer (an HTTP
+// handler, the CLI, a test). Thread-safe: blocking and non-blocking pops, an optional callback run
+// on the engine thread after each push, and an optional eventfd that is readable while events wait.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "engine/request.h"
+
+namespace osprey::engine {
+
+class RequestStream {
+public:
+    RequestStream(uint64_t uid, std::string id, int n_samples);
+    ~RequestStream();
+    RequestStream(const RequestStream&) = delete;
+    RequestStream& operator=(const RequestStream&) = delete;
+
+    uint64_t uid() const { return uid_; }       // unique per engine, in submission order
+    const std::string& id() const { return id_; }
+    int n_samples() const { return n_samples_; }
+
+    std::optional<Event> try_pop();             // non-blocking
+    Event pop();                                // blocks until an event arrives; throws osprey::Error when done()
+    std::optional<Event> pop_for(std::chrono::milliseconds timeout);
+    // True once every sample's finish event has been popped.
+    bool done() const;
+    // True once every sample has finished (its finish event may still be queued).
+    bool finished() const;
+
+    // Asks the engine to stop this request: each unfinished sample ends with reason abort. Safe from
+    // any thread, at any time, any number of times (no effect after the request finished).
+    void cancel();
+    bool cancel_requested() const;
+
+    // Called on the engine thread after events are pushed (keep it short: e.g. wake an event loop).
+    void set_callback(std::function<void()> callback);
+    // A Linux eventfd that is readable while events are queued (created on first call; the stream
+    // owns and closes it). For poll/epoll-based servers.
+    int notify_fd();
+
+    // Engine side.
+    void push(Event event);
+    void set_cancel_hook(std::function<void()> hook);  // run by cancel() (wakes the engine thread)
+
+private:
+    void drain_fd_locked();
+
+    const uint64_t uid_;
+    const std::string id_;
+    const int n_samples_;
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<Event> events_;
+    int n_finished_pushed_ = 0;
+    int n_finished_popped_ = 0;
+    bool cancel_ = false;
+    std::function<void()> callback_;
+    std::function<void()> cancel_hook_;
+    int fd_ = -1;
+};
+
+}  // namespace osprey::engine
