@@ -1,8 +1,8 @@
 // Streams tensors into a .safetensors file with large sequential writes, never holding more than a
 // couple of chunks in memory. The header is computed up front from the tensor specs (so the data can
 // be produced afterwards in order) and padded with spaces to a multiple of 8 bytes, as the official
-// writer does, so every tensor starts 8-byte aligned relative to the file. Tensors are laid out in
-// the order given.
+// writer does. Like the official writer, data is laid out by dtype size (largest first; the given
+// order otherwise), so every tensor's data is aligned to its element size within the file.
 #pragma once
 
 #include <cstdint>

@@ -45,6 +45,7 @@ struct Config {
     static Config load(const std::filesystem::path& config_file);
     json::Value to_hf_json() const;        // the Hub's config.json (with `rope_scaling`)
     json::Value to_original_json() const;  // OpenAI's original/config.json
+    json::Value to_generation_config_json() const;  // the Hub's generation_config.json
     void validate() const;
 };
 
