@@ -1,0 +1,111 @@
+// Sink attention (spec §3.5) over the paged KV cache for a ragged batch: prefill chunks and single
+// decode tokens of many sequences in one call, grouped-query (each K/V row is loaded once for the
+// kGroup query heads that share it), with an optional sliding window (exact: a query at position p
+// sees keys p - window + 1 .. p), FP32 scores, softmax and accumulation, BF16 in and out.
+//
+// Where keys come from. Keys at positions before the slice's start_pos are read from the cache;
+// keys of the current step (positions >= start_pos) are read from the step's own roped qkv
+// activation. So attention runs BEFORE the step's K/V are stored (kv_store.h), which lets a
+// sliding-window ring of `window` rows serve a prefill chunk longer than the window.
+//
+// Cache layout of one layer (bf16), `rows` = page_size (paged) or window (ring):
+//   paged: k, v [n_pages, n_kv_heads, page_size, head_dim]; position j of a sequence lives in page
+//          page_table[page_offset + j / page_size], row j % page_size;
+//   ring:  k, v [n_slots, n_kv_heads, window, head_dim]; position j lives in slot window_slot,
+//          row j % window.
+//
+// Work decomposition (plan_attention): a decode token (slice of one token) is one item per KV
+// head and KV split; long contexts are split over the KV length so that the grid fills the GPU,
+// each split writes an unnormalised partial (running max, sum, accumulator) and a merge kernel
+// combines the partials, adding the sink's exp(s - m) to the denominator exactly once. Prefill
+// slices are cut into items of kPrefillTokens consecutive query tokens (no split).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/bf16.h"
+
+namespace osprey::cuda {
+
+inline constexpr int kAttnHeadDim = 64;     // the only head_dim compiled (gpt-oss)
+inline constexpr int kAttnGroup = 8;        // query heads per KV head compiled (gpt-oss)
+inline constexpr int kAttnKeyTile = 64;     // keys per shared-memory tile
+inline constexpr int kPrefillTokens = 8;    // query tokens per prefill item
+inline constexpr int kMinKeysPerSplit = 64; // smallest KV split of a decode token
+
+struct AttnSlice {
+    int32_t first_token = 0;  // first row of the slice in the step's activations
+    int32_t n_tokens = 0;
+    int32_t start_pos = 0;    // position of the first token; keys [0, start_pos) are in the cache
+    int32_t window_slot = 0;  // ring slot (ring layers)
+    int32_t page_offset = 0;  // index of the slice's first page id in page_table (paged layers)
+};
+
+struct AttnItem {
+    int32_t q_token = 0;      // first query token (row in the step's activations)
+    int32_t n_q = 0;          // query tokens in this item (1 for decode, <= kPrefillTokens)
+    int32_t pos0 = 0;         // position of the first query token
+    int32_t slice_first_token = 0;
+    int32_t slice_start_pos = 0;
+    int32_t window_slot = 0;
+    int32_t page_offset = 0;
+    int32_t key_begin = 0;    // keys [key_begin, key_end) of this item (a split of the full range)
+    int32_t key_end = 0;
+    int32_t partial = -1;     // -1: write the normalised output; else index of this split's partial
+};
+
+struct AttnMerge {
+    int32_t token = 0;          // output row
+    int32_t first_partial = 0;  // partials [first_partial, first_partial + n_partials)
+    int32_t n_partials = 0;
+};
+
+struct AttnPlan {
+    std::vector<AttnItem> decode;   // one-token items (some split)
+    std::vector<AttnItem> prefill;  // multi-token items
+    std::vector<AttnMerge> merges;  // decode tokens whose KV was split
+    int n_partials = 0;
+};
+
+// window: 0 for full causal attention, else the sliding window (keys p - window + 1 .. p).
+// target_ctas: how many CTAs decode items should fill (e.g. 2 x SM count); splits are made only
+// while the grid is smaller than that.
+AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas);
+
+// The plan's arrays in device memory (uploaded by the caller).
+struct AttnDevicePlan {
+    const AttnItem* decode = nullptr;    // [n_decode]
+    int n_decode = 0;
+    const AttnItem* prefill = nullptr;   // [n_prefill]
+    int n_prefill = 0;
+    const AttnMerge* merges = nullptr;   // [n_merges]
+    int n_merges = 0;
+};
+
+struct AttnArgs {
+    bf16* out = nullptr;               // [n_tokens, ld_out] bf16; head h at columns [64h, 64h + 64)
+    int ld_out = 0;
+    const bf16* qkv = nullptr;         // [n_tokens, ld_qkv] bf16 roped q heads, k heads, v heads
+    int ld_qkv = 0;
+    const bf16* k_cache = nullptr;     // layout above
+    const bf16* v_cache = nullptr;
+    int rows = 0;                      // page_size (paged) or window (ring)
+    bool ring = false;
+    int window = 0;                    // 0 full causal, else sliding window size
+    const int32_t* page_table = nullptr;  // [*] device page ids (paged)
+    const bf16* sinks = nullptr;       // [n_q_heads] bf16, one logit per query head
+    int n_q_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;
+    float* partial_acc = nullptr;      // [n_partials, n_kv_heads, kGroup, head_dim] f32 scratch
+    float2* partial_ml = nullptr;      // [n_partials, n_kv_heads, kGroup] (max, sum) scratch
+};
+
+// Runs the plan: decode items, prefill items, then the merge of split decode tokens.
+void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t stream);
+
+}  // namespace osprey::cuda

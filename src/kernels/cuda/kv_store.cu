@@ -1,0 +1,60 @@
+#include "kernels/cuda/kv_store.h"
+
+#include <algorithm>
+
+#include "kernels/cuda/runtime.h"
+
+namespace osprey::cuda {
+
+std::vector<KvStoreRow> plan_kv_store(std::span<const KvStoreSlice> slices, bool ring, int rows) {
+    OSPREY_CHECK(rows > 0, "plan_kv_store: rows ", rows);
+    std::vector<KvStoreRow> out;
+    for (const KvStoreSlice& s : slices) {
+        const int first = ring ? std::max(0, s.n_tokens - rows) : std::clamp(s.n_skip, 0, s.n_tokens);
+        for (int t = first; t < s.n_tokens; ++t) {
+            const int p = s.start_pos + t;
+            int block = s.window_slot;
+            if (!ring) {
+                OSPREY_CHECK(size_t(p / rows) < s.pages.size(), "kv store: position ", p, " has no page (",
+                             s.pages.size(), " pages of ", rows, " rows)");
+                block = s.pages[p / rows];
+            }
+            out.push_back({s.first_token + t, block, p % rows});
+        }
+    }
+    return out;
+}
+
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void __launch_bounds__(kThreads) kv_store_kernel(const KvStoreArgs a) {
+    const KvStoreRow d = a.dst[blockIdx.x];
+    const int width = a.n_kv_heads * a.head_dim;  // elements of K (and of V) per token
+    const bf16* k_src = a.qkv + size_t(d.token) * a.ld_qkv + a.n_q_heads * a.head_dim;
+    const bf16* v_src = k_src + width;
+    for (int i = threadIdx.x; i < 2 * width / 8; i += kThreads) {
+        const bool is_v = i >= width / 8;
+        const int e = (is_v ? i - width / 8 : i) * 8;  // element in [0, width)
+        const int g = e / a.head_dim, c = e % a.head_dim;
+        const size_t off = ((size_t(d.block) * a.n_kv_heads + g) * a.rows + d.row) * a.head_dim + c;
+        const uint4 v = *reinterpret_cast<const uint4*>((is_v ? v_src : k_src) + e);
+        *reinterpret_cast<uint4*>((is_v ? a.v_cache : a.k_cache) + off) = v;
+    }
+}
+
+}  // namespace
+
+void kv_store(const KvStoreArgs& a, cudaStream_t stream) {
+    if (a.n == 0) return;
+    OSPREY_CHECK(a.n_kv_heads > 0 && a.head_dim > 0 && a.head_dim % 8 == 0 && a.rows > 0, "kv_store: bad shape (",
+                 a.n_kv_heads, " kv heads, head_dim ", a.head_dim, ", rows ", a.rows, ")");
+    OSPREY_CHECK(a.ld_qkv % 8 == 0 && a.ld_qkv >= (a.n_q_heads + 2 * a.n_kv_heads) * a.head_dim,
+                 "kv_store: qkv row stride ", a.ld_qkv);
+    OSPREY_CHECK(a.qkv && a.k_cache && a.v_cache && a.dst, "kv_store: null pointer");
+    kv_store_kernel<<<a.n, kThreads, 0, stream>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace osprey::cuda

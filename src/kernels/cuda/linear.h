@@ -1,0 +1,55 @@
+// Dense linear layers through cuBLASLt: y[T, N] = x[T, K] · W[N, K]ᵀ (+ b[N]) (+ y), BF16 operands,
+// FP32 accumulation, bias (and optionally the residual) fused into the epilogue. W is row-major
+// [out, in] exactly as stored in the checkpoint, so no weight is ever transposed or copied.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "core/bf16.h"
+#include "kernels/cuda/runtime.h"
+
+struct cublasLtContext;
+
+namespace osprey::cuda {
+
+struct LinearArgs {
+    void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
+    const bf16* x = nullptr;      // [T, ldx] bf16
+    const bf16* w = nullptr;      // [N, K] bf16, row-major (checkpoint layout)
+    const bf16* bias = nullptr;   // [N] bf16, or null for no bias
+    int n_tokens = 0;             // T
+    int n_out = 0;                // N
+    int n_in = 0;                 // K
+    int ldx = 0;                  // row stride of x in elements (0: K)
+    int ldy = 0;                  // row stride of y in elements (0: N)
+    bool y_f32 = false;           // output f32 instead of bf16
+    bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; y is read and written)
+};
+
+// One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen
+// algorithm) per shape, so that steady-state calls do no heuristic queries and can be captured
+// into CUDA graphs.
+class Blas {
+public:
+    explicit Blas(size_t workspace_bytes = size_t(32) << 20);
+    ~Blas();
+    Blas(const Blas&) = delete;
+    Blas& operator=(const Blas&) = delete;
+
+    void linear(const LinearArgs& a, cudaStream_t stream);
+
+private:
+    struct Plan;
+    using Key = std::tuple<int, int, int, int, int, bool, bool, bool>;
+    Plan& plan_for(const LinearArgs& a);
+
+    cublasLtContext* handle_ = nullptr;
+    DeviceBuffer<uint8_t> workspace_;
+    std::map<Key, Plan*> plans_;
+};
+
+}  // namespace osprey::cuda

@@ -1,0 +1,30 @@
+// RMSNorm of the FP32 residual stream to a BF16 activation (spec §3.2), optionally fused with the
+// residual add that precedes it and with a row gather (the final norm of the logit rows only):
+//   if delta:  x[r, :] = x[r, :] + delta[t, :]      (written back, r = rows ? rows[t] : t)
+//   y[t, :] = bf16( x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gain[:] )
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace osprey::cuda {
+
+struct RmsNormArgs {
+    bf16* y = nullptr;               // [n_tokens, d] bf16
+    float* x = nullptr;              // [*, d] f32 residual stream (written only when delta is set)
+    const float* gain = nullptr;     // [d] f32
+    const float* delta = nullptr;    // [n_tokens, d] f32 added into x first, or null
+    const int32_t* rows = nullptr;   // [n_tokens] rows of x to normalise (device), or null for 0..n-1
+    int n_tokens = 0;
+    int d = 0;                       // multiple of 4, at most kMaxChannels
+    float eps = 1e-5f;
+};
+
+inline constexpr int kRmsNormMaxChannels = 4096;
+
+void rmsnorm(const RmsNormArgs& a, cudaStream_t stream);
+
+}  // namespace osprey::cuda

@@ -1,0 +1,44 @@
+#include "kernels/cuda/rope.h"
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/runtime.h"
+
+namespace osprey::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// One thread per (head, d) pair of one token (blockIdx.x).
+__global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
+    const int t = blockIdx.x;
+    const int half = a.head_dim / 2;
+    const int n_pairs = (a.n_q_heads + a.n_kv_heads) * half;
+    const int p = a.positions[t];
+    __nv_bfloat16* row = reinterpret_cast<__nv_bfloat16*>(a.qkv) + size_t(t) * a.ld;
+    const float* cos_p = a.cos + size_t(p) * half;
+    const float* sin_p = a.sin + size_t(p) * half;
+    for (int i = threadIdx.x; i < n_pairs; i += kThreads) {
+        const int head = i / half, d = i % half;
+        __nv_bfloat16* x = row + head * a.head_dim;
+        const float x0 = __bfloat162float(x[d]), x1 = __bfloat162float(x[d + half]);
+        const float c = cos_p[d], s = sin_p[d];
+        x[d] = __float2bfloat16_rn(x0 * c - x1 * s);
+        x[d + half] = __float2bfloat16_rn(x1 * c + x0 * s);
+    }
+}
+
+}  // namespace
+
+void rope(const RopeArgs& a, cudaStream_t stream) {
+    OSPREY_CHECK(a.n_tokens > 0 && a.head_dim > 0 && a.head_dim % 2 == 0 && a.n_q_heads > 0 && a.n_kv_heads >= 0,
+                 "rope: bad shape (n_tokens ", a.n_tokens, ", head_dim ", a.head_dim, ", heads ", a.n_q_heads, "+",
+                 a.n_kv_heads, ")");
+    OSPREY_CHECK(a.ld >= (a.n_q_heads + a.n_kv_heads) * a.head_dim, "rope: row stride ", a.ld,
+                 " shorter than the rotated heads");
+    OSPREY_CHECK(a.qkv && a.positions && a.cos && a.sin, "rope: null pointer");
+    rope_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace osprey::cuda

@@ -1,0 +1,30 @@
+// Rotary position embedding, half-split style (spec §3.4), in place on the fused q/k/v activation:
+// every q head and every k head of token t is rotated by its position positions[t]; v is untouched.
+// Within a head, dimension d < head_dim/2 rotates with d + head_dim/2, using a cos/sin table with
+// YaRN's frequencies and concentration already applied (model/ builds it). The rotation is done in
+// FP32 from the BF16 inputs and rounded to BF16 once.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace osprey::cuda {
+
+struct RopeArgs {
+    bf16* qkv = nullptr;                 // [n_tokens, ld] bf16: q heads, then k heads, then v heads
+    const int32_t* positions = nullptr;  // [n_tokens] device, each < n_positions (checked by the caller)
+    const float* cos = nullptr;          // [n_positions, head_dim / 2] f32
+    const float* sin = nullptr;          // [n_positions, head_dim / 2] f32
+    int n_tokens = 0;
+    int ld = 0;                          // row stride of qkv in elements (>= (n_q + n_kv) * head_dim)
+    int n_q_heads = 0;
+    int n_kv_heads = 0;
+    int head_dim = 0;                    // even
+};
+
+void rope(const RopeArgs& a, cudaStream_t stream);
+
+}  // namespace osprey::cuda

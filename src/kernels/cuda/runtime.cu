@@ -1,0 +1,30 @@
+// Device queries of the runtime layer (the RAII types are header-only templates).
+#include "kernels/cuda/runtime.h"
+
+namespace osprey::cuda {
+
+MemInfo mem_info() {
+    MemInfo m;
+    CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));
+    return m;
+}
+
+std::string device_name() {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp prop{};
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    return prop.name;
+}
+
+int sm_count() {
+    static const int count = [] {
+        int dev = 0, n = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        return n;
+    }();
+    return count;
+}
+
+}  // namespace osprey::cuda
