@@ -4,15 +4,12 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/mxfp4.h"
 
 namespace osprey::cpu {
 
 namespace {
 
-// FP4 E2M1 by nibble: bit 3 sign, bits 2-1 exponent, bit 0 mantissa.
-constexpr float kFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
-                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-constexpr int kE8m0Bias = 127;
 constexpr int kLanes = 16;
 
 float dot_f32(const float* a, const float* b, int n) {
@@ -31,16 +28,7 @@ float dot_f32(const float* a, const float* b, int n) {
 void mxfp4_dequantize_row(std::span<float> out, const uint8_t* blocks, const uint8_t* scales) {
     OSPREY_CHECK(out.size() % kMxfp4BlockElems == 0, "mxfp4: row length ", out.size(), " is not a multiple of ",
                  kMxfp4BlockElems);
-    const size_t n_blocks = out.size() / kMxfp4BlockElems;
-    for (size_t g = 0; g < n_blocks; ++g) {
-        const int exponent = int(scales[g]) - kE8m0Bias;
-        const uint8_t* b = blocks + g * kMxfp4BlockBytes;  // [16]
-        float* o = out.data() + g * kMxfp4BlockElems;      // [32]
-        for (int j = 0; j < kMxfp4BlockBytes; ++j) {
-            o[2 * j] = std::ldexp(kFp4Values[b[j] & 0x0f], exponent);
-            o[2 * j + 1] = std::ldexp(kFp4Values[b[j] >> 4], exponent);
-        }
-    }
+    mxfp4::decode_row(blocks, scales, int(out.size()), out.data());
 }
 
 void mxfp4_matmul(std::span<float> y, std::span<const float> x, std::span<const uint8_t> blocks,

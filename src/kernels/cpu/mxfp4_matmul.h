@@ -6,12 +6,13 @@
 #include <cstdint>
 #include <span>
 
+#include "core/mxfp4.h"
 #include "core/thread_pool.h"
 
 namespace osprey::cpu {
 
-constexpr int kMxfp4BlockElems = 32;  // weights per block (one scale byte)
-constexpr int kMxfp4BlockBytes = 16;  // two FP4 values per byte, low nibble = even element
+constexpr int kMxfp4BlockElems = mxfp4::kBlockElements;  // weights per block (one scale byte)
+constexpr int kMxfp4BlockBytes = mxfp4::kBlockBytes;     // two FP4 values per byte, low nibble = even element
 
 // Decodes one row: out[32g + 2j] = FP4[low nibble of blocks[g][j]] * 2^(scales[g] - 127), odd elements
 // from the high nibble. out: [n_in]; blocks: [n_in / 32, 16]; scales: [n_in / 32].
