@@ -11,7 +11,6 @@
 //   stream->cancel();                                // any time, from any thread
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -21,12 +20,12 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/request_limits.h"
 #include "engine/request_stream.h"
+#include "engine/scheduler.h"
 #include "model/runner.h"
 
 namespace osprey::engine {
-
-class Scheduler;
 
 struct EngineOptions {
     int page_size = 32;                 // tokens per KV page of the full-attention layers
@@ -103,30 +102,36 @@ public:
 
 private:
     void loop();
-    bool step_locked_out();  // one step; the caller holds step_mu_
-    void fail_all(const std::string& message);
+    bool step_once();  // one step; the caller holds step_mu_
+    void publish(std::vector<SeqOutput>& outputs);
+    void take_incoming();
+    void apply_cancels();
 
     model::ModelRunner& runner_;
     const EngineOptions options_;
     KvPlan kv_plan_;
     int max_model_len_ = 0;
+    RequestLimits limits_;
 
+    std::unique_ptr<KvCacheManager> kv_;
     std::unique_ptr<Scheduler> scheduler_;  // touched only by the stepping thread (under step_mu_)
     std::mutex step_mu_;
+    std::vector<std::shared_ptr<RequestStream>> active_;  // streams with unfinished samples (stepping thread)
 
     // Submissions and cancellations cross threads here.
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::vector<std::pair<std::shared_ptr<RequestStream>, Request>> incoming_;
-    std::vector<std::weak_ptr<RequestStream>> live_;  // for cancel(id)
+    std::vector<std::weak_ptr<RequestStream>> live_;  // for cancel(id); pruned on submit
     bool wake_ = false;
     uint64_t next_uid_ = 1;
-    EngineStats stats_;  // copy published after each step
+    int n_live_ = 0;      // submitted requests not yet finished
+    EngineStats stats_;   // published after each step
 
     std::thread thread_;
-    std::atomic<bool> stop_{false};
+    bool stop_ = false;   // under mu_
     bool started_ = false;
-    std::vector<float> logits_;  // [n_logit_rows, vocab_size] scratch (when logits are read back)
+    uint64_t n_steps_ = 0;
 };
 
 }  // namespace osprey::engine

@@ -107,7 +107,7 @@ void sample_row(std::span<const float> logits, const SamplingParams& p, const Sa
     out.top.clear();
     if (p.top_logprobs > 0) {
         const int n = std::min(p.top_logprobs, vocab_size);
-        std::vector<int32_t> ids(size_t(vocab_size));
+        std::vector<int32_t> ids(static_cast<size_t>(vocab_size));
         std::iota(ids.begin(), ids.end(), 0);
         std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), ByLogit{x.data()});
         for (int i = 0; i < n; ++i) out.top.emplace_back(ids[size_t(i)], logprob_of(ids[size_t(i)]));
@@ -162,7 +162,7 @@ void sample_row(std::span<const float> logits, const SamplingParams& p, const Sa
         // Total weight of the top-k set (the whole vocabulary when top_k is off).
         double total = 0.0;
         if (p.top_k > 0 && p.top_k < vocab_size) {
-            std::vector<int32_t> all(size_t(vocab_size));
+            std::vector<int32_t> all(static_cast<size_t>(vocab_size));
             std::iota(all.begin(), all.end(), 0);
             const int k = std::min(p.top_k, vocab_size);
             std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), order);

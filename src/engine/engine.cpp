@@ -1,0 +1,284 @@
+// The engine's step loop (see engine.h): submissions in, one forward + sample per step, events out.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "engine/batch_builder.h"
+
+namespace osprey::engine {
+
+namespace {
+
+double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+// Sample i of a request draws with its own seed; sample 0 keeps the request's.
+uint64_t sample_seed(uint64_t seed, int sample) {
+    if (sample == 0) return seed;
+    uint64_t x = seed + 0x9E3779B97F4A7C15ull * uint64_t(sample);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+}  // namespace
+
+KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
+    OSPREY_CHECK(o.page_size > 0 && o.page_size <= 1024, "page_size must be in [1, 1024], got ", o.page_size);
+    OSPREY_CHECK(o.kv_memory_fraction > 0.0 && o.kv_memory_fraction <= 1.0,
+                 "the KV memory fraction must be in (0, 1], got ", o.kv_memory_fraction);
+    OSPREY_CHECK(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
+    KvPlan plan;
+    plan.page_bytes = runner.bytes_per_page(o.page_size);
+    plan.window_slot_bytes = runner.bytes_per_window_slot();
+    OSPREY_CHECK(plan.page_bytes > 0, "the backend reports 0 bytes per KV page");
+    const double budget = double(runner.kv_budget_bytes()) * o.kv_memory_fraction;
+    const double slots = double(plan.window_slot_bytes) * o.max_num_seqs;
+    OSPREY_CHECK(budget >= slots + double(plan.page_bytes), "KV budget of ", mib(budget), " MiB (",
+                 o.kv_memory_fraction, " of ", mib(double(runner.kv_budget_bytes())), " MiB) cannot hold ",
+                 o.max_num_seqs, " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
+    int64_t n_pages = int64_t((budget - slots) / double(plan.page_bytes));
+    if (o.max_kv_tokens > 0) n_pages = std::min<int64_t>(n_pages, (o.max_kv_tokens + o.page_size - 1) / o.page_size);
+    n_pages = std::min<int64_t>(n_pages, 1 << 30);
+    plan.layout.page_size = o.page_size;
+    plan.layout.n_pages = int(n_pages);
+    plan.layout.n_window_slots = o.max_num_seqs;
+    plan.total_bytes = size_t(n_pages) * plan.page_bytes + size_t(o.max_num_seqs) * plan.window_slot_bytes;
+    // Paging the sliding layers like the full ones would cost window_slot_bytes per
+    // sliding_window tokens for every cached token.
+    const int window = runner.config().sliding_window;
+    const double paged_window = double(n_pages) * o.page_size * double(plan.window_slot_bytes) / window;
+    plan.window_saved_bytes = int64_t(paged_window - slots);
+    return plan;
+}
+
+Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runner), options_(options) {
+    const model::Config& c = runner.config();
+    kv_plan_ = plan_kv_cache(runner, options_);
+    const int64_t capacity = int64_t(kv_plan_.layout.n_pages) * options_.page_size;
+    max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : c.max_position;
+    OSPREY_CHECK(max_model_len_ <= c.max_position, "max_model_len ", max_model_len_, " exceeds the model's ",
+                 c.max_position, " positions");
+    if (max_model_len_ > capacity) {
+        log::warn("engine: max_model_len ", max_model_len_, " lowered to ", capacity,
+                  " tokens, all the KV cache holds; longer requests are refused");
+        max_model_len_ = int(capacity);
+    }
+    runner_.allocate_kv(kv_plan_.layout);
+    log::info("engine: KV cache of ", kv_plan_.layout.n_pages, " pages x ", options_.page_size, " tokens = ", capacity,
+              " tokens (", mib(double(kv_plan_.layout.n_pages) * double(kv_plan_.page_bytes)), " MiB) + ",
+              options_.max_num_seqs, " window slots (", mib(double(kv_plan_.window_slot_bytes) * options_.max_num_seqs),
+              " MiB); window slots save ", mib(double(kv_plan_.window_saved_bytes)),
+              " MiB against paging the sliding layers; max_model_len ", max_model_len_);
+
+    limits_.vocab_size = c.vocab_size;
+    limits_.max_model_len = max_model_len_;
+    limits_.max_n = options_.max_n;
+    limits_.max_top_logprobs = options_.max_top_logprobs;
+
+    kv_ = std::make_unique<KvCacheManager>(kv_plan_.layout.n_pages, options_.page_size, options_.max_num_seqs,
+                                           options_.enable_prefix_caching);
+    SchedulerOptions so;
+    so.max_num_seqs = options_.max_num_seqs;
+    so.max_batch_tokens = options_.max_batch_tokens;
+    so.sliding_window = c.sliding_window;
+    so.admission_reserve_pages = kv_plan_.layout.n_pages / 100;
+    scheduler_ = std::make_unique<Scheduler>(so, *kv_);
+    stats_.n_pages = kv_plan_.layout.n_pages;
+    stats_.n_free_pages = kv_plan_.layout.n_pages;
+    stats_.page_size = options_.page_size;
+    stats_.max_model_len = max_model_len_;
+    stats_.kv_capacity_tokens = capacity;
+}
+
+Engine::~Engine() {
+    stop();
+    std::lock_guard step(step_mu_);
+    take_incoming();
+    std::vector<SeqOutput> outputs = scheduler_->finish_all(FinishReason::abort, "");
+    publish(outputs);
+    for (auto& s : active_) s->set_cancel_hook(nullptr);
+}
+
+std::shared_ptr<RequestStream> Engine::submit(Request request) {
+    validate_request(request, limits_);
+    std::lock_guard lock(mu_);
+    auto stream = std::make_shared<RequestStream>(next_uid_++, request.id, request.n);
+    stream->set_cancel_hook([this] {
+        std::lock_guard l(mu_);
+        wake_ = true;
+        cv_.notify_all();
+    });
+    std::erase_if(live_, [](const auto& w) {
+        auto s = w.lock();
+        return !s || s->finished();
+    });
+    live_.push_back(stream);
+    incoming_.emplace_back(stream, std::move(request));
+    ++n_live_;
+    wake_ = true;
+    cv_.notify_all();
+    return stream;
+}
+
+bool Engine::cancel(const std::string& id) {
+    std::vector<std::shared_ptr<RequestStream>> hits;
+    {
+        std::lock_guard lock(mu_);
+        for (const auto& w : live_)
+            if (auto s = w.lock(); s && s->id() == id && !s->finished()) hits.push_back(s);
+    }
+    for (auto& s : hits) s->cancel();
+    return !hits.empty();
+}
+
+void Engine::take_incoming() {
+    std::vector<std::pair<std::shared_ptr<RequestStream>, Request>> incoming;
+    {
+        std::lock_guard lock(mu_);
+        incoming.swap(incoming_);
+    }
+    for (auto& [stream, r] : incoming) {
+        auto info = std::make_shared<RequestInfo>();
+        info->uid = stream->uid();
+        info->stream = stream;
+        info->stop_token_ids = r.stop_token_ids;
+        info->max_new_tokens = r.max_new_tokens;
+        info->priority = r.priority;
+        info->n_prompt = int(r.prompt.size());
+        std::vector<SamplingParams> params(size_t(r.n), r.sampling);
+        for (int i = 0; i < r.n; ++i) params[size_t(i)].seed = sample_seed(r.sampling.seed, i);
+        scheduler_->add_request(std::move(info), r.prompt, params);
+        active_.push_back(stream);
+    }
+}
+
+void Engine::apply_cancels() {
+    for (auto& s : active_) {
+        if (!s->cancel_requested() || s->finished()) continue;
+        std::vector<SeqOutput> outputs = scheduler_->abort_request(s->uid());
+        publish(outputs);
+    }
+}
+
+void Engine::publish(std::vector<SeqOutput>& outputs) {
+    int n_done = 0;
+    for (SeqOutput& o : outputs) {
+        o.stream->push(std::move(o.event));
+        if (o.stream->finished()) ++n_done;
+    }
+    std::erase_if(active_, [&](const auto& s) {
+        if (!s->finished()) return false;
+        s->set_cancel_hook(nullptr);
+        return true;
+    });
+    std::lock_guard lock(mu_);
+    n_live_ = int(active_.size() + incoming_.size());
+}
+
+bool Engine::step_once() {
+    take_incoming();
+    apply_cancels();
+    if (scheduler_->idle()) return false;
+
+    StepPlan plan = scheduler_->schedule();
+    OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
+    std::vector<SeqOutput> outputs;
+    try {
+        const model::ForwardBatch batch = build_forward_batch(plan);
+        runner_.forward(batch);
+        std::vector<SamplingParams> params;
+        std::vector<SamplingState> states;
+        build_sampling_rows(plan, params, states);
+        std::vector<SampleResult> results(params.size());
+        if (!params.empty()) runner_.sample(params, states, results);
+        for (const SampleResult& r : results)
+            OSPREY_CHECK(r.token >= 0 && r.token < runner_.config().vocab_size, "sampler returned token ", r.token);
+        outputs = scheduler_->commit(plan, results);
+    } catch (const std::exception& e) {
+        // A failed step leaves the backend's KV in an unknown state: end every request with the
+        // error (the HTTP layer reports it) and keep serving new ones.
+        log::error("engine: step failed: ", e.what());
+        outputs = scheduler_->finish_all(FinishReason::error, e.what());
+    }
+    publish(outputs);
+    ++n_steps_;
+    if (options_.check_invariants) scheduler_->check_invariants();
+
+    const SchedulerCounters& k = scheduler_->counters();
+    std::lock_guard lock(mu_);
+    stats_.n_waiting = scheduler_->n_waiting();
+    stats_.n_running = scheduler_->n_running();
+    stats_.n_free_pages = kv_->n_free_pages();
+    stats_.n_cached_pages = kv_->n_cached_pages();
+    stats_.n_steps = n_steps_;
+    stats_.n_prefill_tokens = k.n_prefill_tokens;
+    stats_.n_decode_tokens = k.n_decode_tokens;
+    stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
+    stats_.n_preemptions = k.n_preemptions;
+    stats_.n_finished = k.n_finished;
+    stats_.n_generated_tokens = k.n_generated_tokens;
+    return true;
+}
+
+bool Engine::step() {
+    OSPREY_CHECK(!started_, "Engine::step() while the engine thread runs");
+    std::lock_guard step(step_mu_);
+    return step_once();
+}
+
+void Engine::run_until_idle() {
+    while (step()) {
+    }
+}
+
+void Engine::start() {
+    OSPREY_CHECK(!started_, "engine already started");
+    started_ = true;
+    {
+        std::lock_guard lock(mu_);
+        stop_ = false;
+    }
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+    if (!started_) return;
+    {
+        std::lock_guard lock(mu_);
+        stop_ = true;
+        cv_.notify_all();
+    }
+    thread_.join();
+    started_ = false;
+}
+
+void Engine::loop() {
+    bool busy = false;
+    for (;;) {
+        {
+            std::unique_lock lock(mu_);
+            if (!busy) cv_.wait(lock, [&] { return stop_ || wake_; });
+            if (stop_) return;
+            wake_ = false;
+        }
+        std::lock_guard step(step_mu_);
+        try {
+            busy = step_once();
+        } catch (const std::exception& e) {
+            log::error("engine: ", e.what());
+            std::vector<SeqOutput> outputs = scheduler_->finish_all(FinishReason::error, e.what());
+            publish(outputs);
+            busy = false;
+        }
+    }
+}
+
+EngineStats Engine::stats() const {
+    std::lock_guard lock(mu_);
+    return stats_;
+}
+
+}  // namespace osprey::engine

@@ -1,0 +1,125 @@
+// Per-request event queue (see request_stream.h).
+#include "engine/request_stream.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace osprey::engine {
+
+RequestStream::RequestStream(uint64_t uid, std::string id, int n_samples)
+    : uid_(uid), id_(std::move(id)), n_samples_(n_samples) {}
+
+RequestStream::~RequestStream() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void RequestStream::drain_fd_locked() {
+    if (fd_ < 0 || !events_.empty()) return;
+    uint64_t value = 0;
+    while (::read(fd_, &value, sizeof value) < 0 && errno == EINTR) {
+    }
+}
+
+std::optional<Event> RequestStream::try_pop() {
+    std::lock_guard lock(mu_);
+    if (events_.empty()) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind == Event::Kind::finish) ++n_finished_popped_;
+    drain_fd_locked();
+    return e;
+}
+
+Event RequestStream::pop() {
+    std::unique_lock lock(mu_);
+    OSPREY_CHECK(n_finished_popped_ < n_samples_ || !events_.empty(), "request '", id_, "' has no more events");
+    cv_.wait(lock, [&] { return !events_.empty(); });
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind == Event::Kind::finish) ++n_finished_popped_;
+    drain_fd_locked();
+    return e;
+}
+
+std::optional<Event> RequestStream::pop_for(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+    Event e = std::move(events_.front());
+    events_.pop_front();
+    if (e.kind == Event::Kind::finish) ++n_finished_popped_;
+    drain_fd_locked();
+    return e;
+}
+
+bool RequestStream::done() const {
+    std::lock_guard lock(mu_);
+    return n_finished_popped_ == n_samples_;
+}
+
+bool RequestStream::finished() const {
+    std::lock_guard lock(mu_);
+    return n_finished_pushed_ == n_samples_;
+}
+
+void RequestStream::cancel() {
+    std::function<void()> hook;
+    {
+        std::lock_guard lock(mu_);
+        if (cancel_ || n_finished_pushed_ == n_samples_) return;
+        cancel_ = true;
+        hook = cancel_hook_;
+    }
+    if (hook) hook();
+}
+
+bool RequestStream::cancel_requested() const {
+    std::lock_guard lock(mu_);
+    return cancel_;
+}
+
+void RequestStream::set_callback(std::function<void()> callback) {
+    std::lock_guard lock(mu_);
+    callback_ = std::move(callback);
+}
+
+void RequestStream::set_cancel_hook(std::function<void()> hook) {
+    std::lock_guard lock(mu_);
+    cancel_hook_ = std::move(hook);
+}
+
+int RequestStream::notify_fd() {
+    std::lock_guard lock(mu_);
+    if (fd_ < 0) {
+        fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        OSPREY_CHECK(fd_ >= 0, "eventfd failed: ", std::strerror(errno));
+        if (!events_.empty()) {
+            const uint64_t one = 1;
+            [[maybe_unused]] const ssize_t w = ::write(fd_, &one, sizeof one);
+        }
+    }
+    return fd_;
+}
+
+void RequestStream::push(Event event) {
+    std::function<void()> callback;
+    {
+        std::lock_guard lock(mu_);
+        OSPREY_CHECK(n_finished_pushed_ < n_samples_, "event for finished request '", id_, "'");
+        if (event.kind == Event::Kind::finish) ++n_finished_pushed_;
+        events_.push_back(std::move(event));
+        if (fd_ >= 0) {
+            const uint64_t one = 1;
+            [[maybe_unused]] const ssize_t w = ::write(fd_, &one, sizeof one);
+        }
+        callback = callback_;
+    }
+    cv_.notify_all();
+    if (callback) callback();
+}
+
+}  // namespace osprey::engine

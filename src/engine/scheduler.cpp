@@ -1,0 +1,312 @@
+// Continuous batching with chunked prefill, prefix reuse and preemption (see scheduler.h).
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+
+namespace osprey::engine {
+
+namespace {
+// Queue order: higher priority first, then first come first served.
+bool before(const Sequence* a, const Sequence* b) {
+    if (a->request->priority != b->request->priority) return a->request->priority > b->request->priority;
+    return a->uid < b->uid;
+}
+}  // namespace
+
+Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv) : options_(options), kv_(kv) {
+    OSPREY_CHECK(options.max_num_seqs > 0, "max_num_seqs must be positive, got ", options.max_num_seqs);
+    OSPREY_CHECK(options.max_batch_tokens > 0, "max_batch_tokens must be positive, got ", options.max_batch_tokens);
+    OSPREY_CHECK(options.sliding_window > 0, "sliding_window must be positive, got ", options.sliding_window);
+}
+
+Scheduler::~Scheduler() = default;
+
+int Scheduler::pages_for(int n_positions) const { return (n_positions + kv_.page_size() - 1) / kv_.page_size(); }
+
+void Scheduler::add_request(std::shared_ptr<const RequestInfo> request, const std::vector<int32_t>& prompt,
+                            const std::vector<SamplingParams>& params) {
+    OSPREY_CHECK(!prompt.empty() && int(prompt.size()) == request->n_prompt, "request prompt has ", prompt.size(),
+                 " tokens, expected ", request->n_prompt);
+    uint64_t leader = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+        auto seq = std::make_unique<Sequence>();
+        seq->request = request;
+        seq->sample = int(i);
+        seq->uid = next_uid_++;
+        seq->params = params[i];
+        seq->tokens = prompt;
+        // Only the prompt's full pages can be shared, so a sibling waits only when there is one.
+        seq->leader_uid = i == 0 || !kv_.prefix_caching() || request->n_prompt <= kv_.page_size() ? 0 : leader;
+        if (i == 0) leader = seq->uid;
+        waiting_.push_back(seq.get());
+        seqs_.emplace(seq->uid, std::move(seq));
+    }
+}
+
+bool Scheduler::waits_for_leader(const Sequence& seq) const {
+    if (seq.leader_uid == 0) return false;
+    const auto it = seqs_.find(seq.leader_uid);
+    if (it == seqs_.end()) return false;  // the leader finished: its pages stay in the cache
+    return it->second->n_computed < it->second->n_prompt();
+}
+
+void Scheduler::sort_queues() {
+    std::sort(running_.begin(), running_.end(), before);
+    std::sort(waiting_.begin(), waiting_.end(), before);
+}
+
+void Scheduler::preempt(Sequence* seq) {
+    kv_.release_pages(seq->pages);
+    seq->page_keys.clear();
+    kv_.release_slot(seq->window_slot);
+    seq->window_slot = -1;
+    seq->n_computed = 0;
+    seq->n_full_cached = 0;
+    seq->status = SeqStatus::waiting;
+    ++seq->n_preemptions;
+    ++counters_.n_preemptions;
+    running_.erase(std::find(running_.begin(), running_.end(), seq));
+    waiting_.push_back(seq);
+}
+
+void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens) {
+    ScheduledChunk c;
+    c.seq = seq;
+    c.start_pos = seq->n_computed;
+    c.n_tokens = n_tokens;
+    c.n_full_kv_cached = std::clamp(seq->n_full_cached - seq->n_computed, 0, n_tokens);
+    c.want_logits = c.start_pos + n_tokens == seq->n_tokens();
+    plan.chunks.push_back(c);
+}
+
+StepPlan Scheduler::schedule() {
+    StepPlan plan;
+    sort_queues();
+    int budget = options_.max_batch_tokens;
+    std::vector<Sequence*> scheduled;
+    std::vector<Sequence*> preempted;  // not readmitted in the step that preempted them
+    auto is_scheduled = [&](const Sequence* s) { return std::find(scheduled.begin(), scheduled.end(), s) != scheduled.end(); };
+
+    // 1. One decode token for every running sequence that has finished its prefill. Pages come
+    //    from preempting the lowest-ranked running sequences that are not yet in this step.
+    const std::vector<Sequence*> ranked = running_;
+    for (Sequence* seq : ranked) {
+        if (budget == 0) break;
+        if (seq->status != SeqStatus::running || seq->n_tokens() - seq->n_computed != 1) continue;
+        const int need = pages_for(seq->n_computed + 1) - int(seq->pages.size());
+        while (need > kv_.n_available_pages() && seq->status == SeqStatus::running) {
+            Sequence* victim = nullptr;
+            for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+                if (!is_scheduled(*it)) {
+                    victim = *it;
+                    break;
+                }
+            preempt(victim);  // at worst `seq` itself, the lowest unscheduled one
+            preempted.push_back(victim);
+            ++plan.n_preempted;
+        }
+        if (seq->status != SeqStatus::running) continue;
+        for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
+        add_chunk(plan, seq, 1);
+        scheduled.push_back(seq);
+        budget -= 1;
+    }
+
+    // 2. The next prefill chunk of running sequences, as large as budget and free pages allow.
+    for (Sequence* seq : ranked) {
+        if (budget == 0) break;
+        if (seq->status != SeqStatus::running || is_scheduled(seq)) continue;
+        int n = std::min(seq->n_tokens() - seq->n_computed, budget);
+        const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
+        n = std::min(n, room);
+        if (n <= 0) continue;
+        const int need = pages_for(seq->n_computed + n) - int(seq->pages.size());
+        for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
+        add_chunk(plan, seq, n);
+        scheduled.push_back(seq);
+        budget -= n;
+    }
+
+    // 3. Admission, in queue order; the head of the queue waits until it fits (no overtaking),
+    //    except samples waiting for their first sibling's prompt.
+    std::sort(waiting_.begin(), waiting_.end(), before);
+    for (Sequence* seq : waiting_) {
+        if (budget == 0 || int(running_.size()) >= options_.max_num_seqs || kv_.n_free_slots() == 0) break;
+        if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
+        if (waits_for_leader(*seq)) continue;
+        // A prefix hit covers whole pages and leaves at least the last token to compute (its
+        // logits are needed). The window layers replay up to sliding_window - 1 cached tokens.
+        std::vector<uint64_t> keys;
+        const int max_hit_pages = (seq->n_tokens() - 1) / kv_.page_size();
+        std::vector<PageId> hit = kv_.match_prefix(seq->tokens, max_hit_pages, keys);
+        const int n_hit = int(hit.size()) * kv_.page_size();
+        const int start = std::max(0, n_hit - (options_.sliding_window - 1));
+        const int n = std::min(seq->n_tokens() - start, budget);
+        const int need = pages_for(start + n) - int(hit.size());
+        const int reserve = running_.empty() ? 0 : options_.admission_reserve_pages;
+        if (need > kv_.n_available_pages() - reserve) {
+            kv_.release_pages(hit);
+            break;
+        }
+        seq->pages = std::move(hit);
+        seq->page_keys = std::move(keys);
+        for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
+        seq->window_slot = kv_.allocate_slot();
+        seq->n_computed = start;
+        seq->n_full_cached = n_hit;
+        seq->status = SeqStatus::running;
+        if (seq->cached_tokens < 0) seq->cached_tokens = std::min(n_hit, seq->n_prompt());
+        counters_.n_prefix_hit_tokens += uint64_t(n_hit);
+        running_.push_back(seq);
+        add_chunk(plan, seq, n);
+        budget -= n;
+    }
+    std::erase_if(waiting_, [&](Sequence* s) { return s->status == SeqStatus::running; });
+    return plan;
+}
+
+SeqOutput Scheduler::finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error) {
+    if (seq->status == SeqStatus::running) {
+        kv_.release_pages(seq->pages);
+        kv_.release_slot(seq->window_slot);
+        seq->window_slot = -1;
+    }
+    seq->page_keys.clear();
+    seq->status = SeqStatus::finished;
+    ++counters_.n_finished;
+    SeqOutput out;
+    out.stream = seq->request->stream;
+    out.event.kind = Event::Kind::finish;
+    out.event.sample = seq->sample;
+    out.event.reason = reason;
+    out.event.stop_token = stop_token;
+    out.event.error = error;
+    out.event.usage.prompt_tokens = seq->n_prompt();
+    out.event.usage.completion_tokens = seq->n_output();
+    out.event.usage.cached_tokens = std::max(seq->cached_tokens, 0);
+    return out;
+}
+
+void Scheduler::remove_finished() {
+    std::erase_if(running_, [](Sequence* s) { return s->status == SeqStatus::finished; });
+    std::erase_if(waiting_, [](Sequence* s) { return s->status == SeqStatus::finished; });
+    std::erase_if(seqs_, [](const auto& kv) { return kv.second->status == SeqStatus::finished; });
+}
+
+std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const SampleResult> samples) {
+    std::vector<SeqOutput> out;
+    size_t row = 0;
+    const int ps = kv_.page_size();
+    for (const ScheduledChunk& c : plan.chunks) {
+        Sequence* seq = c.seq;
+        OSPREY_CHECK(seq->status == SeqStatus::running && seq->n_computed == c.start_pos,
+                     "commit of a plan that no longer matches sequence ", seq->uid);
+        seq->n_computed += c.n_tokens;
+        seq->n_full_cached = std::max(seq->n_full_cached, seq->n_computed);
+        (c.n_tokens == 1 && c.want_logits && c.start_pos + 1 == seq->n_tokens() && c.start_pos >= seq->n_prompt()
+             ? counters_.n_decode_tokens
+             : counters_.n_prefill_tokens) += uint64_t(c.n_tokens);
+        // Offer every page that is now full to the prefix cache.
+        while (int(seq->page_keys.size()) < seq->n_computed / ps) {
+            const size_t i = seq->page_keys.size();
+            const uint64_t parent = i == 0 ? PrefixCache::kRootHash : seq->page_keys[i - 1];
+            const std::span<const int32_t> page_tokens(seq->tokens.data() + i * size_t(ps), size_t(ps));
+            seq->page_keys.push_back(kv_.offer_page(seq->pages[i], parent, page_tokens));
+        }
+        if (!c.want_logits) continue;
+        OSPREY_CHECK(row < samples.size(), "commit got ", samples.size(), " samples for more rows");
+        const SampleResult& r = samples[row++];
+        seq->tokens.push_back(r.token);
+        ++counters_.n_generated_tokens;
+        const auto& stops = seq->request->stop_token_ids;
+        if (std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
+            out.push_back(finish(seq, FinishReason::stop, r.token, ""));
+            continue;
+        }
+        SeqOutput tok;
+        tok.stream = seq->request->stream;
+        tok.event.kind = Event::Kind::token;
+        tok.event.sample = seq->sample;
+        tok.event.token = r.token;
+        if (seq->params.logprobs) tok.event.logprob = r.logprob;
+        if (seq->params.top_logprobs > 0) tok.event.top = r.top;
+        out.push_back(std::move(tok));
+        if (seq->n_output() >= seq->request->max_new_tokens) out.push_back(finish(seq, FinishReason::length, -1, ""));
+    }
+    OSPREY_CHECK(row == samples.size(), "commit got ", samples.size(), " samples for ", row, " rows");
+    remove_finished();
+    return out;
+}
+
+std::vector<SeqOutput> Scheduler::abort_request(uint64_t request_uid) {
+    std::vector<SeqOutput> out;
+    std::vector<Sequence*> victims;
+    for (auto& [uid, seq] : seqs_)
+        if (seq->request->uid == request_uid) victims.push_back(seq.get());
+    std::sort(victims.begin(), victims.end(), [](auto* a, auto* b) { return a->uid < b->uid; });
+    for (Sequence* s : victims) out.push_back(finish(s, FinishReason::abort, -1, ""));
+    remove_finished();
+    return out;
+}
+
+std::vector<SeqOutput> Scheduler::finish_all(FinishReason reason, const std::string& error) {
+    std::vector<SeqOutput> out;
+    std::vector<Sequence*> all;
+    for (auto& [uid, seq] : seqs_) all.push_back(seq.get());
+    std::sort(all.begin(), all.end(), [](auto* a, auto* b) { return a->uid < b->uid; });
+    for (Sequence* s : all) out.push_back(finish(s, reason, -1, error));
+    remove_finished();
+    return out;
+}
+
+void Scheduler::check_invariants() const {
+    const int ps = kv_.page_size();
+    std::vector<int> holders(size_t(kv_.n_pages()), 0);
+    std::vector<int> slots;
+    OSPREY_CHECK(running_.size() + waiting_.size() == seqs_.size(), "running (", running_.size(), ") + waiting (",
+                 waiting_.size(), ") != live sequences (", seqs_.size(), ")");
+    OSPREY_CHECK(int(running_.size()) <= options_.max_num_seqs, "more running sequences than max_num_seqs");
+    for (const Sequence* s : waiting_) {
+        OSPREY_CHECK(s->status == SeqStatus::waiting && s->pages.empty() && s->window_slot < 0 && s->n_computed == 0,
+                     "waiting sequence ", s->uid, " holds cache resources");
+        OSPREY_CHECK(seqs_.count(s->uid), "waiting sequence ", s->uid, " is not owned");
+    }
+    for (const Sequence* s : running_) {
+        OSPREY_CHECK(s->status == SeqStatus::running && seqs_.count(s->uid), "running sequence ", s->uid,
+                     " has a wrong state");
+        OSPREY_CHECK(s->n_computed >= 0 && s->n_computed < s->n_tokens(), "running sequence ", s->uid, " computed ",
+                     s->n_computed, " of ", s->n_tokens(), " tokens");
+        OSPREY_CHECK(s->n_output() < s->request->max_new_tokens, "sequence ", s->uid, " is past max_new_tokens");
+        OSPREY_CHECK(s->n_full_cached >= s->n_computed && s->n_full_cached <= int(s->pages.size()) * ps,
+                     "sequence ", s->uid, " has full KV for ", s->n_full_cached, " positions but pages for ",
+                     s->pages.size() * size_t(ps));
+        // Between steps a sequence holds exactly the pages of what it has computed or cached.
+        OSPREY_CHECK(int(s->pages.size()) == pages_for(s->n_full_cached), "sequence ", s->uid, " holds ",
+                     s->pages.size(), " pages for ", s->n_full_cached, " positions");
+        OSPREY_CHECK(s->window_slot >= 0 && kv_.slot_in_use(s->window_slot), "running sequence ", s->uid,
+                     " has no window slot");
+        OSPREY_CHECK(std::find(slots.begin(), slots.end(), s->window_slot) == slots.end(), "window slot ",
+                     s->window_slot, " is held twice");
+        slots.push_back(s->window_slot);
+        OSPREY_CHECK(int(s->page_keys.size()) <= int(s->pages.size()), "sequence ", s->uid, " has more keys than pages");
+        for (size_t i = 0; i < s->pages.size(); ++i) {
+            const PageId p = s->pages[i];
+            OSPREY_CHECK(std::count(s->pages.begin(), s->pages.end(), p) == 1, "sequence ", s->uid, " lists page ",
+                         p, " twice");
+            ++holders[size_t(p)];
+            // A page still being written (not yet full of computed positions) is private.
+            const bool full = int(i + 1) * ps <= s->n_full_cached;
+            if (!full)
+                OSPREY_CHECK(kv_.ref_count(p) == 1 && !kv_.is_cached(p), "sequence ", s->uid,
+                             " writes into shared or cached page ", p);
+            if (kv_.is_cached(p))
+                OSPREY_CHECK(full && i < s->page_keys.size() && kv_.cache_key(p) == s->page_keys[i], "cached page ",
+                             p, " of sequence ", s->uid, " is not full or has another key");
+        }
+    }
+    kv_.check_invariants(holders);
+}
+
+}  // namespace osprey::engine

@@ -1,0 +1,97 @@
+// Continuous batching over a paged KV cache. Each step, schedule() picks the work of one forward
+// pass within a token budget: decode tokens of running sequences first (highest priority, then
+// oldest), then prefill chunks of running sequences, then admission of waiting sequences (a long
+// prompt is split into chunks over several steps). When a running sequence needs a page and none
+// is available, the lowest-priority, newest running sequence is preempted: its pages and window
+// slot are released and it waits to be recomputed (its full pages usually stay in the prefix
+// cache, so recomputation is mostly a cache hit). Pure bookkeeping: tests/engine/test_scheduler.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/sampling.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/step_plan.h"
+
+namespace osprey::engine {
+
+struct SchedulerOptions {
+    int max_num_seqs = 64;        // running sequences (each holds one window slot)
+    int max_batch_tokens = 2048;  // tokens per step
+    int sliding_window = 128;     // a prefix-cache hit replays sliding_window - 1 tokens
+    // Pages kept free when admitting a new sequence while others run, so running sequences can
+    // grow without immediately preempting.
+    int admission_reserve_pages = 0;
+};
+
+// An event for a request's stream, produced by commit() or abort().
+struct SeqOutput {
+    std::shared_ptr<RequestStream> stream;
+    Event event;
+};
+
+struct SchedulerCounters {
+    uint64_t n_prefill_tokens = 0;
+    uint64_t n_decode_tokens = 0;
+    uint64_t n_prefix_hit_tokens = 0;
+    uint64_t n_preemptions = 0;
+    uint64_t n_finished = 0;
+    uint64_t n_generated_tokens = 0;
+};
+
+class Scheduler {
+public:
+    Scheduler(const SchedulerOptions& options, KvCacheManager& kv);
+    ~Scheduler();
+
+    // Queues the samples of a new request (one sequence each; `params` per sample).
+    void add_request(std::shared_ptr<const RequestInfo> request, const std::vector<int32_t>& prompt,
+                     const std::vector<SamplingParams>& params);
+
+    StepPlan schedule();
+
+    // After the forward pass: `samples` holds one result per chunk with want_logits, in chunk
+    // order. Advances the sequences, offers their full pages to the prefix cache, appends the
+    // sampled tokens and finishes sequences at a stop token or max_new_tokens.
+    std::vector<SeqOutput> commit(const StepPlan& plan, std::span<const SampleResult> samples);
+
+    // Ends every unfinished sample of a request (reason abort), or of all requests (abort or error).
+    std::vector<SeqOutput> abort_request(uint64_t request_uid);
+    std::vector<SeqOutput> finish_all(FinishReason reason, const std::string& error);
+
+    bool idle() const { return waiting_.empty() && running_.empty(); }
+    int n_waiting() const { return int(waiting_.size()); }
+    int n_running() const { return int(running_.size()); }
+    const SchedulerCounters& counters() const { return counters_; }
+    const KvCacheManager& kv() const { return kv_; }
+
+    // Every bookkeeping invariant: each page's references match the sequences holding it plus the
+    // cache; running sequences hold one distinct window slot and exactly the pages their computed
+    // and scheduled positions need; pages that are shared or cached are full and never written
+    // again; waiting sequences hold nothing. Throws osprey::Error naming the broken one.
+    void check_invariants() const;
+
+private:
+    int pages_for(int n_positions) const;
+    void sort_queues();
+    void preempt(Sequence* seq);
+    SeqOutput finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error);
+    bool waits_for_leader(const Sequence& seq) const;
+    void remove_finished();
+    void add_chunk(StepPlan& plan, Sequence* seq, int n_tokens);
+
+    SchedulerOptions options_;
+    KvCacheManager& kv_;
+    std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // every unfinished sequence by uid
+    std::vector<Sequence*> waiting_;  // sorted by (priority desc, uid) when scheduling
+    std::vector<Sequence*> running_;
+    uint64_t next_uid_ = 1;
+    SchedulerCounters counters_;
+};
+
+}  // namespace osprey::engine

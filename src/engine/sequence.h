@@ -1,0 +1,56 @@
+// One sample of a request as the scheduler tracks it: its tokens, how far its KV is computed, the
+// pages and window slot it holds. A request with n samples becomes n sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/sampling.h"
+#include "engine/page_allocator.h"
+#include "engine/request_stream.h"
+
+namespace osprey::engine {
+
+enum class SeqStatus { waiting, running, finished };
+
+// What all samples of one request share (immutable after submission).
+struct RequestInfo {
+    uint64_t uid = 0;                      // engine-wide, in submission order
+    std::shared_ptr<RequestStream> stream;  // where events go
+    std::vector<int32_t> stop_token_ids;
+    int max_new_tokens = 0;
+    int priority = 0;
+    int n_prompt = 0;
+};
+
+struct Sequence {
+    std::shared_ptr<const RequestInfo> request;
+    int sample = 0;           // index among the request's samples
+    uint64_t uid = 0;         // engine-wide, unique; (priority, uid) orders the queue
+    SamplingParams params;    // the request's, with this sample's seed
+    std::vector<int32_t> tokens;  // [n_prompt + n_output] prompt, then generated tokens
+    SeqStatus status = SeqStatus::waiting;
+
+    // KV state. Positions [0, n_computed) have full-layer and window K/V written. After a
+    // prefix-cache hit, positions [n_computed, n_full_cached) have full-layer K/V in shared pages
+    // but still need their window K/V (the replay, n_full_kv_cached in the slice).
+    int n_computed = 0;
+    int n_full_cached = 0;
+    std::vector<PageId> pages;        // page table: position p is in pages[p / page_size]
+    std::vector<uint64_t> page_keys;  // prefix-cache chain keys of the first full pages
+    int window_slot = -1;
+
+    // Samples after the first wait until the first has computed the prompt, then share its pages
+    // through the prefix cache. 0 when not waiting for anyone.
+    uint64_t leader_uid = 0;
+
+    int cached_tokens = -1;  // prefix hit at first admission (usage), -1 before admission
+    int n_preemptions = 0;
+
+    int n_prompt() const { return request->n_prompt; }
+    int n_tokens() const { return int(tokens.size()); }
+    int n_output() const { return n_tokens() - n_prompt(); }
+};
+
+}  // namespace osprey::engine

@@ -1,0 +1,30 @@
+// What one engine step runs, as decided by Scheduler::schedule(): plain data, no device memory.
+// The engine turns it into a model::ForwardBatch (engine/batch_builder.h).
+#pragma once
+
+#include <vector>
+
+#include "engine/sequence.h"
+
+namespace osprey::engine {
+
+struct ScheduledChunk {
+    Sequence* seq = nullptr;
+    int start_pos = 0;         // first position computed (== seq->n_computed)
+    int n_tokens = 0;          // tokens of seq->tokens from start_pos: a prefill chunk, or 1 to decode
+    int n_full_kv_cached = 0;  // leading tokens whose full-layer K/V is already in the pages (replay)
+    bool want_logits = false;  // the chunk ends at the last known token: a new token is sampled
+};
+
+struct StepPlan {
+    std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+    int n_preempted = 0;                 // sequences preempted while planning this step
+    int n_tokens() const {
+        int n = 0;
+        for (const auto& c : chunks) n += c.n_tokens;
+        return n;
+    }
+    bool empty() const { return chunks.empty(); }
+};
+
+}  // namespace osprey::engine

@@ -1,0 +1,130 @@
+// Deterministic fake backend (see fake_runner.h).
+#include "fake_runner.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "kernels/cpu/sampling.h"
+
+namespace osprey::test {
+
+namespace {
+
+uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// The hash both the cache read-back and the reference compute: every position's token from the
+// full layers, then the window's last `sliding_window` positions again (as the sliding layers see them).
+struct HistoryHash {
+    uint64_t h = 0x1234;
+    void full(int32_t pos, int32_t token) { h = mix(h ^ (uint64_t(uint32_t(token)) << 32 | uint32_t(pos))); }
+    void window(int32_t pos, int32_t token) { h = mix(h + 0x5555 + (uint64_t(uint32_t(token)) << 32 | uint32_t(pos))); }
+};
+
+void fill_logits(uint64_t h, float* row, int vocab_size) {
+    for (int v = 0; v < vocab_size; ++v) {
+        const uint64_t r = mix(h ^ (uint64_t(v) * 0xD6E8FEB86659FD93ull));
+        row[v] = float(double(r >> 11) * 0x1.0p-53 * 8.0 - 4.0);  // uniform in [-4, 4)
+    }
+}
+
+}  // namespace
+
+FakeRunner::FakeRunner(FakeRunnerOptions options) : options_(options) {
+    config_.n_layers = 2;
+    config_.vocab_size = options.vocab_size;
+    config_.sliding_window = options.sliding_window;
+    config_.max_position = options.max_position;
+    config_.eos_token_id = options.vocab_size - 1;
+}
+
+void FakeRunner::allocate_kv(const model::KvLayout& layout) {
+    layout_ = layout;
+    pages_.assign(size_t(layout.n_pages) * size_t(layout.page_size), Row{});
+    window_.assign(size_t(layout.n_window_slots) * size_t(config_.sliding_window), Row{});
+}
+
+std::vector<float> FakeRunner::reference_logits(std::span<const int32_t> history, int vocab_size, int sliding_window) {
+    HistoryHash hh;
+    const int n = int(history.size());
+    for (int p = 0; p < n; ++p) hh.full(p, history[size_t(p)]);
+    for (int p = std::max(0, n - sliding_window); p < n; ++p) hh.window(p, history[size_t(p)]);
+    std::vector<float> logits(static_cast<size_t>(vocab_size));
+    fill_logits(hh.h, logits.data(), vocab_size);
+    return logits;
+}
+
+void FakeRunner::forward(const model::ForwardBatch& batch) {
+    if (fail_next_forward) {
+        fail_next_forward = false;
+        OSPREY_FAIL("fake runner: injected failure");
+    }
+    const int ps = layout_.page_size, w = config_.sliding_window, vocab = config_.vocab_size;
+    OSPREY_CHECK(ps > 0, "fake runner: forward before allocate_kv");
+    ++n_forward_;
+    n_tokens_ += batch.n_tokens();
+    max_batch_ = std::max(max_batch_, batch.n_tokens());
+    logits_.assign(size_t(batch.n_logit_rows()) * size_t(vocab), 0.0f);
+    std::vector<int> slots_seen;
+    int32_t next_first = 0;
+    int row = 0;
+    for (const model::SequenceSlice& s : batch.slices) {
+        OSPREY_CHECK(s.first_token == next_first && s.n_tokens > 0, "fake runner: slices are not back to back");
+        next_first += s.n_tokens;
+        OSPREY_CHECK(next_first <= batch.n_tokens(), "fake runner: slice past the batch's tokens");
+        OSPREY_CHECK(s.window_slot >= 0 && s.window_slot < layout_.n_window_slots, "fake runner: window slot ",
+                     s.window_slot, " out of range");
+        OSPREY_CHECK(std::find(slots_seen.begin(), slots_seen.end(), s.window_slot) == slots_seen.end(),
+                     "fake runner: window slot ", s.window_slot, " used twice in one batch");
+        slots_seen.push_back(s.window_slot);
+        const int end = s.start_pos + s.n_tokens;
+        OSPREY_CHECK(int64_t(s.pages.size()) * ps >= end, "fake runner: page table of ", s.pages.size(),
+                     " pages does not cover position ", end - 1);
+        OSPREY_CHECK(s.n_full_kv_cached >= 0 && s.n_full_kv_cached <= s.n_tokens, "fake runner: bad n_full_kv_cached");
+        for (int32_t p : s.pages)
+            OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
+        Row* slot = window_.data() + size_t(s.window_slot) * size_t(w);
+        for (int j = 0; j < s.n_tokens; ++j) {
+            const int pos = s.start_pos + j;
+            const int32_t token = batch.tokens[size_t(s.first_token + j)];
+            Row& page_row = pages_[size_t(s.pages[size_t(pos / ps)]) * size_t(ps) + size_t(pos % ps)];
+            if (j < s.n_full_kv_cached) {
+                OSPREY_CHECK(page_row.pos == pos && page_row.token == token, "fake runner: position ", pos,
+                             " claimed cached holds (token ", page_row.token, ", pos ", page_row.pos, ")");
+                ++n_window_only_;
+            } else {
+                page_row = Row{token, pos};
+            }
+            slot[pos % w] = Row{token, pos};
+        }
+        if (!s.want_logits) continue;
+        // Read the history back the way attention would: full layers through the page table,
+        // sliding layers through the ring.
+        const int last = end - 1;
+        HistoryHash hh;
+        for (int p = 0; p <= last; ++p) {
+            const Row& r = pages_[size_t(s.pages[size_t(p / ps)]) * size_t(ps) + size_t(p % ps)];
+            OSPREY_CHECK(r.pos == p, "fake runner: page row of position ", p, " holds position ", r.pos);
+            hh.full(p, r.token);
+        }
+        for (int p = std::max(0, last - w + 1); p <= last; ++p) {
+            const Row& r = slot[p % w];
+            OSPREY_CHECK(r.pos == p, "fake runner: window row of position ", p, " holds position ", r.pos);
+            hh.window(p, r.token);
+        }
+        fill_logits(hh.h, logits_.data() + size_t(row) * size_t(vocab), vocab);
+        ++row;
+    }
+    OSPREY_CHECK(next_first == batch.n_tokens(), "fake runner: tokens not covered by slices");
+}
+
+void FakeRunner::sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
+                        std::span<SampleResult> out) {
+    cpu::sample_rows(logits_, config_.vocab_size, params, state, out);
+}
+
+}  // namespace osprey::test
