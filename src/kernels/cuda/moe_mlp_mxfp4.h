@@ -1,0 +1,94 @@
+// The expert projections of the MoE block with MXFP4 weights read straight from the checkpoint
+// layout (spec §3.6 step 4, §6.4): the FP4 nibbles are decoded to BF16 in registers inside the
+// kernels, never materialised in memory.
+//
+//   moe_mlp1:  a = x[t] · W1[e]ᵀ + b1[e]            [2 d_ff], gate/up rows interleaved
+//              u = min(a[0::2], L) · σ(α · min(a[0::2], L)) · (clamp(a[1::2], -L, L) + 1)   [d_ff] bf16
+//   moe_mlp2:  y = u · W2[e]ᵀ + b2[e]               [d_model] f32
+// for every routed row (token t, slot) grouped by moe_group_by_expert; moe_combine then adds
+// Σ w · y into the residual stream. Reference: kernels/cpu/mxfp4_matmul.h + swiglu.h;
+// test: tests/kernels/test_moe_mlp.cu; benchmark: bench/bench_moe.cu.
+//
+// The forward's MoE step:
+//   router logits (cuBLASLt, f32) -> moe_route_topk -> moe_group_by_expert -> moe_mlp1 -> moe_mlp2
+//   -> moe_combine (into the residual).
+//
+// Both projections run on tensor cores (mma.sync m16n8k16, BF16 in, FP32 accumulate) with the
+// weight rows as the M dimension and the routed rows of one expert as N, in two configurations:
+//   gemv: 8 routed rows per tile, 64 weight rows per block. For decode and small batches, where the
+//         step is bound by streaming each active expert's weights (4.25 bits/weight) once.
+//   gemm: 128 routed rows per tile, 128 weight rows per block. For prefill-sized batches, where
+//         the tensor cores are the limit.
+// moe_choose_kernel() picks one from the batch shape (documented there); tests force each.
+//
+// Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
+// [34, 160], i.e. block maxima from 2^-93 to 6·2^33 (trained checkpoints use ~110..127); outside it
+// weights flush to zero or overflow. Activations are BF16, accumulation FP32, u is rounded to BF16.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace osprey::cuda {
+
+// One projection of all experts of a layer, as stored in the checkpoint.
+struct Mxfp4Experts {
+    const uint8_t* blocks = nullptr;  // [n_experts, n_out, n_in / 32, 16] FP4 pairs, 16-byte aligned
+    const uint8_t* scales = nullptr;  // [n_experts, n_out, n_in / 32] E8M0, 16-byte aligned
+    const bf16* bias = nullptr;       // [n_experts, n_out]
+};
+
+enum class MoeKernel { automatic, gemv, gemm };
+
+// The gemv configuration while the batch gives at most kMoeGemvMaxRowsPerExpert routed rows per
+// expert on average (n_tokens * top_k / n_experts), the gemm one above. At that point a gemm tile
+// (128 rows) would be mostly padding, and the gemv tiles of one expert (8 rows each) read the same
+// weights back to back, so the repeats hit L2. 20b: gemv up to 256 tokens; 120b: up to 1024.
+inline constexpr int kMoeGemvMaxRowsPerExpert = 32;
+MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
+
+// Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units
+// permuted as [0 4 1 5 2 6 3 7] (the order moe_mlp2 feeds to the tensor cores); only tests that
+// read u directly need this.
+__host__ __device__ inline int moe_u_column(int j) {
+    const int i = j & 7;
+    return (j & ~7) | (i < 4 ? 2 * i : 2 * (i - 4) + 1);
+}
+
+struct MoeMlp1Args {
+    bf16* u = nullptr;                       // [n_tokens * top_k, d_ff] in sorted-row order, columns moe_u_column
+    const bf16* x = nullptr;                 // [n_tokens, d_model] normed hidden state
+    Mxfp4Experts w;                          // n_out = 2 * d_ff (gate, up interleaved), n_in = d_model
+    const int32_t* expert_offsets = nullptr; // [n_experts + 1] from moe_group_by_expert
+    const int32_t* sorted_rows = nullptr;    // [n_tokens * top_k] from moe_group_by_expert
+    int n_tokens = 0;
+    int n_experts = 0;
+    int top_k = 4;
+    int d_model = 0;                         // multiple of 64
+    int d_ff = 0;                            // multiple of 8
+    float swiglu_alpha = 1.702f;
+    float swiglu_limit = 7.0f;
+    MoeKernel kernel = MoeKernel::automatic;
+};
+
+struct MoeMlp2Args {
+    float* y = nullptr;                      // [n_tokens * top_k, d_model] row t * top_k + slot, bias included
+    const bf16* u = nullptr;                 // [n_tokens * top_k, d_ff] from moe_mlp1
+    Mxfp4Experts w;                          // n_out = d_model, n_in = d_ff
+    const int32_t* expert_offsets = nullptr; // [n_experts + 1]
+    const int32_t* sorted_rows = nullptr;    // [n_tokens * top_k]
+    int n_tokens = 0;
+    int n_experts = 0;
+    int top_k = 4;
+    int d_model = 0;                         // multiple of 16
+    int d_ff = 0;                            // multiple of 64
+    MoeKernel kernel = MoeKernel::automatic;
+};
+
+void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream);
+void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream);
+
+}  // namespace osprey::cuda
