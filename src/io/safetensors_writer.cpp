@@ -95,8 +95,10 @@ uint64_t write_safetensors(const fs::path& path, const std::vector<TensorSpec>& 
         size_t at;  // position in the chunk buffer
     };
     constexpr size_t kTask = size_t(1) << 20;  // fill granularity across threads
-    const size_t chunk = std::max(options.chunk_bytes, kTask);
-    ThreadPool pool(options.threads);
+    uint64_t data_bytes = 0;
+    for (const TensorSpec& s : specs) data_bytes += s.nbytes();
+    const size_t chunk = size_t(std::max<uint64_t>(std::min<uint64_t>(options.chunk_bytes, data_bytes), 1));
+    ThreadPool pool(data_bytes > kTask ? options.threads : 1);
     std::vector<uint8_t> buffers[2] = {std::vector<uint8_t>(chunk), std::vector<uint8_t>(chunk)};
     std::future<void> pending;
     uint64_t total = header.size();
