@@ -156,11 +156,13 @@ void Engine::take_incoming() {
 }
 
 void Engine::apply_cancels() {
+    std::vector<SeqOutput> outputs;
     for (auto& s : active_) {
         if (!s->cancel_requested() || s->finished()) continue;
-        std::vector<SeqOutput> outputs = scheduler_->abort_request(s->uid());
-        publish(outputs);
+        std::vector<SeqOutput> aborted = scheduler_->abort_request(s->uid());
+        outputs.insert(outputs.end(), std::make_move_iterator(aborted.begin()), std::make_move_iterator(aborted.end()));
     }
+    if (!outputs.empty()) publish(outputs);
 }
 
 void Engine::publish(std::vector<SeqOutput>& outputs) {
@@ -178,10 +180,29 @@ void Engine::publish(std::vector<SeqOutput>& outputs) {
     n_live_ = int(active_.size() + incoming_.size());
 }
 
+void Engine::update_stats() {
+    const SchedulerCounters& k = scheduler_->counters();
+    std::lock_guard lock(mu_);
+    stats_.n_waiting = scheduler_->n_waiting();
+    stats_.n_running = scheduler_->n_running();
+    stats_.n_free_pages = kv_->n_free_pages();
+    stats_.n_cached_pages = kv_->n_cached_pages();
+    stats_.n_steps = n_steps_;
+    stats_.n_prefill_tokens = k.n_prefill_tokens;
+    stats_.n_decode_tokens = k.n_decode_tokens;
+    stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
+    stats_.n_preemptions = k.n_preemptions;
+    stats_.n_finished = k.n_finished;
+    stats_.n_generated_tokens = k.n_generated_tokens;
+}
+
 bool Engine::step_once() {
     take_incoming();
     apply_cancels();
-    if (scheduler_->idle()) return false;
+    if (scheduler_->idle()) {
+        update_stats();
+        return false;
+    }
 
     StepPlan plan = scheduler_->schedule();
     OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
@@ -207,19 +228,7 @@ bool Engine::step_once() {
     ++n_steps_;
     if (options_.check_invariants) scheduler_->check_invariants();
 
-    const SchedulerCounters& k = scheduler_->counters();
-    std::lock_guard lock(mu_);
-    stats_.n_waiting = scheduler_->n_waiting();
-    stats_.n_running = scheduler_->n_running();
-    stats_.n_free_pages = kv_->n_free_pages();
-    stats_.n_cached_pages = kv_->n_cached_pages();
-    stats_.n_steps = n_steps_;
-    stats_.n_prefill_tokens = k.n_prefill_tokens;
-    stats_.n_decode_tokens = k.n_decode_tokens;
-    stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
-    stats_.n_preemptions = k.n_preemptions;
-    stats_.n_finished = k.n_finished;
-    stats_.n_generated_tokens = k.n_generated_tokens;
+    update_stats();
     return true;
 }
 

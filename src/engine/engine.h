@@ -106,6 +106,7 @@ private:
     void publish(std::vector<SeqOutput>& outputs);
     void take_incoming();
     void apply_cancels();
+    void update_stats();
 
     model::ModelRunner& runner_;
     const EngineOptions options_;

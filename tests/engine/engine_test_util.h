@@ -1,0 +1,69 @@
+// Helpers for engine tests: draining a stream, and the greedy oracle of the fake runner.
+#pragma once
+
+#include <algorithm>
+#include <vector>
+
+#include "engine/engine.h"
+#include "fake_runner.h"
+
+namespace osprey::test {
+
+struct SampleOutcome {
+    std::vector<int32_t> tokens;  // token events, in order
+    bool finished = false;
+    engine::Event finish;
+};
+
+// Pops every queued event (non-blocking) into `out` (sized to the stream's samples).
+inline void drain(engine::RequestStream& s, std::vector<SampleOutcome>& out) {
+    if (out.size() < size_t(s.n_samples())) out.resize(size_t(s.n_samples()));
+    while (auto e = s.try_pop()) {
+        SampleOutcome& o = out[size_t(e->sample)];
+        if (o.finished) throw Error("event after the finish event");
+        if (e->kind == engine::Event::Kind::token) {
+            o.tokens.push_back(e->token);
+        } else {
+            o.finished = true;
+            o.finish = *e;
+        }
+    }
+}
+
+// Blocking: every event until the stream is done.
+inline std::vector<SampleOutcome> collect(engine::RequestStream& s) {
+    std::vector<SampleOutcome> out(size_t(s.n_samples()));
+    while (!s.done()) {
+        const engine::Event e = s.pop();
+        SampleOutcome& o = out[size_t(e.sample)];
+        if (e.kind == engine::Event::Kind::token) {
+            o.tokens.push_back(e.token);
+        } else {
+            o.finished = true;
+            o.finish = e;
+        }
+    }
+    return out;
+}
+
+// What greedy decoding on the fake model must produce for `prompt` (stop tokens excluded from
+// the returned tokens; `stopped_by` gets the stop token or -1).
+inline std::vector<int32_t> greedy_oracle(const std::vector<int32_t>& prompt, int max_new_tokens,
+                                          const std::vector<int32_t>& stop_ids, int vocab_size, int window,
+                                          int32_t* stopped_by = nullptr) {
+    std::vector<int32_t> history = prompt, out;
+    if (stopped_by) *stopped_by = -1;
+    for (int i = 0; i < max_new_tokens; ++i) {
+        const std::vector<float> l = FakeRunner::reference_logits(history, vocab_size, window);
+        const int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+        if (std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end()) {
+            if (stopped_by) *stopped_by = t;
+            break;
+        }
+        out.push_back(t);
+        history.push_back(t);
+    }
+    return out;
+}
+
+}  // namespace osprey::test
