@@ -29,7 +29,8 @@ Problem make_problem(int n_positions, uint32_t seed) {
     return p;
 }
 
-std::vector<double> naive(const Problem& p, const std::vector<float>& q, const std::vector<int32_t>& pos, int window) {
+std::vector<double> naive(const Problem& p, const std::vector<float>& q, const std::vector<int32_t>& pos, int window,
+                          int first_present = 0) {
     const int d = p.head_dim, group = p.n_heads / p.n_kv_heads;
     std::vector<double> out(q.size());
     for (size_t i = 0; i < pos.size(); ++i)
@@ -38,7 +39,7 @@ std::vector<double> naive(const Problem& p, const std::vector<float>& q, const s
             std::vector<double> z;
             std::vector<int> keys;
             for (int j = 0; j <= pos[i]; ++j) {
-                if (window > 0 && pos[i] - j >= window) continue;
+                if ((window > 0 && pos[i] - j >= window) || j < first_present) continue;
                 double s = 0;
                 for (int c = 0; c < d; ++c) s += double(q[(i * p.n_heads + h) * d + c]) * p.k[j * p.kv_width() + g * d + c];
                 z.push_back(s / std::sqrt(double(d)));
@@ -186,6 +187,14 @@ TEST(cpu_attention, ring_window_slot_matches_contiguous_and_rejects_lost_keys) {
     a.out = out;
     attention_sinks(a);
     test::expect_close(out, naive(p, q, pos, window), 1e-6, 1e-5, "ring");
+
+    // A ring refilled from position n_cached - 3 on (a prefix-cache replay): older keys are absent.
+    a.kv.first_cached = n_cached - 3;
+    attention_sinks(a);
+    test::expect_close(out, naive(p, q, pos, window, n_cached - 3), 1e-6, 1e-5, "ring with absent keys");
+    a.kv.first_cached = n_cached + 1;  // past the cached range: rejected
+    EXPECT_THROW(attention_sinks(a), Error);
+    a.kv.first_cached = 0;
 
     a.window = 0;  // full attention would need positions the ring no longer has
     EXPECT_THROW(attention_sinks(a), Error);

@@ -17,6 +17,12 @@ const float* kv_row(const KvSource& kv, const float* cache, const float* fresh, 
     return cache + (block * kv.block_rows + p % kv.block_rows) * row_width;
 }
 
+// First key position query position p attends to: the window's start, or the first present key.
+int first_key(const AttentionArgs& a, int p) {
+    const int window_start = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+    return std::max(window_start, std::min(a.kv.first_cached, a.kv.n_cached));
+}
+
 void check_args(const AttentionArgs& a) {
     OSPREY_CHECK(a.n_heads > 0 && a.n_kv_heads > 0 && a.head_dim > 0 && a.n_heads % a.n_kv_heads == 0,
                  "attention: bad heads ", a.n_heads, "/", a.n_kv_heads, "x", a.head_dim);
@@ -28,7 +34,8 @@ void check_args(const AttentionArgs& a) {
                  " heads");
     OSPREY_CHECK(a.window >= 0, "attention: negative window ", a.window);
     const KvSource& kv = a.kv;
-    OSPREY_CHECK(kv.n_cached >= 0 && kv.n_fresh >= 0, "attention: negative key counts");
+    OSPREY_CHECK(kv.n_cached >= 0 && kv.n_fresh >= 0 && kv.first_cached >= 0 && kv.first_cached <= kv.n_cached,
+                 "attention: bad key ranges: cached [", kv.first_cached, ", ", kv.n_cached, "), ", kv.n_fresh, " fresh");
     OSPREY_CHECK(kv.n_fresh == 0 || (kv.fresh_k && kv.fresh_v && kv.fresh_stride >= a.n_kv_heads * a.head_dim),
                  "attention: fresh rows missing or stride ", kv.fresh_stride, " too small");
     if (kv.n_cached > 0) {
@@ -43,8 +50,8 @@ void check_args(const AttentionArgs& a) {
         const int p = a.positions[i];
         OSPREY_CHECK(p >= 0 && p < n_keys, "attention: query position ", p, " has no key (", n_keys,
                      " positions available)");
-        const int first = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
-        OSPREY_CHECK(!kv.ring || first >= kv.n_cached - kv.block_rows || first >= kv.n_cached,
+        const int first = first_key(a, p);
+        OSPREY_CHECK(!kv.ring || first >= kv.n_cached - kv.block_rows,
                      "attention: query at ", p, " needs position ", first, " but the ring of ", kv.block_rows,
                      " rows only keeps positions from ", kv.n_cached - kv.block_rows);
     }
@@ -66,7 +73,7 @@ void attention_sinks(const AttentionArgs& a, ThreadPool& pool) {
             const int h = int(item % a.n_heads);
             const int g = h / group;
             const int p = a.positions[i];
-            const int first = a.window > 0 ? std::max(0, p - a.window + 1) : 0;
+            const int first = first_key(a, p);
             const float* q = a.q.data() + item * d;  // [head_dim]
 
             // Scaled logits of the allowed keys, and their max together with the sink.

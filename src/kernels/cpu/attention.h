@@ -19,7 +19,9 @@ namespace osprey::cpu {
 //   positions [0, n_cached) are in a layer's cache of fixed-size blocks, either pages listed in
 //   position order (position p: block blocks[p / block_rows], row p % block_rows) or one ring
 //   (ring = true: block blocks[0], row p % block_rows; only the last block_rows positions survive);
-//   positions [n_cached, n_cached + n_fresh) are this step's rows, not yet in the cache.
+//   positions [n_cached, n_cached + n_fresh) are this step's rows, not yet in the cache;
+//   positions [0, first_cached) are absent (a window ring refilled by a prefix-cache replay holds
+//   nothing older than the replay's start): queries attend only to keys that exist.
 struct KvSource {
     const float* cache_k = nullptr;    // [n_blocks_total, block_rows, n_kv_heads * head_dim]
     const float* cache_v = nullptr;    // same layout
@@ -27,6 +29,7 @@ struct KvSource {
     int block_rows = 0;
     bool ring = false;
     int n_cached = 0;
+    int first_cached = 0;              // first position present in the cache (<= n_cached)
     const float* fresh_k = nullptr;    // [n_fresh, fresh_stride], kv head g at offset g * head_dim
     const float* fresh_v = nullptr;    // same layout
     int64_t fresh_stride = 0;

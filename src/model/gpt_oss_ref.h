@@ -1,0 +1,99 @@
+// The CPU reference backend: gpt-oss's forward pass over a ragged batch, written to read like
+// shared/spec/gpt-oss-model.md §3 (one function per block, one comment per step). FP32 activations,
+// BF16/MXFP4 weights decoded exactly, FP32 K/V in the cache. It is the executable specification that
+// the CUDA path is tested against, and it is checked itself against Hugging Face transformers
+// (tests/model/test_parity.cpp).
+//
+// Step names (shared with the CUDA forward and passed to the dump hook), per block i:
+//   attn_norm, q, k, v (q and k after RoPE), attn (heads concatenated), attn_out (projection + bias),
+//   resid_attn (x after the attention residual), mlp_norm, router_logits, moe (weighted expert sum),
+//   resid_mlp (x after the MoE residual); and, outside the blocks (layer -1): embedding, final_norm
+//   (rows that want logits), logits.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "model/rope.h"
+#include "model/runner.h"
+#include "model/weights.h"
+
+namespace osprey::model {
+
+struct CpuReferenceOptions {
+    // Host bytes offered to the KV cache (kv_budget_bytes()). 0: $OSPREY_CPU_KV_BYTES, else 2 GiB.
+    size_t kv_budget_bytes = 0;
+    int n_threads = 0;  // 0: the process-wide pool
+};
+
+// Receives every intermediate of a forward: (step name, layer or -1, [rows, width] values).
+using DumpFn = std::function<void(std::string_view step, int layer, std::span<const float> values)>;
+
+class CpuReference : public ModelRunner {
+public:
+    explicit CpuReference(Weights weights, CpuReferenceOptions options = {});
+
+    const Config& config() const override { return config_; }
+    std::string name() const override { return "cpu-reference"; }
+    size_t bytes_per_page(int page_size) const override;
+    size_t bytes_per_window_slot() const override;
+    size_t kv_budget_bytes() const override { return kv_budget_; }
+    void allocate_kv(const KvLayout& layout) override;
+    const KvLayout& kv_layout() const override { return layout_; }
+    void forward(const ForwardBatch& batch) override;
+    void logits_to_host(std::vector<float>& out) override;
+    void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
+                std::span<SampleResult> out) override;
+
+    // Every forward() reports its intermediates to `fn` (empty: none). For layer-by-layer comparisons.
+    void set_dump(DumpFn fn) { dump_ = std::move(fn); }
+
+private:
+    // Small per-layer tensors widened to FP32 once (norm gains, biases, sinks).
+    struct LayerVectors {
+        std::vector<float> attn_norm, q_b, k_b, v_b, sinks, out_b, mlp_norm, router_b, mlp1_bias, mlp2_bias;
+    };
+    // K/V of one layer: pages [n_pages, page_size, kv_dim] for a full layer, rings
+    // [n_window_slots, sliding_window, kv_dim] for a sliding one.
+    struct LayerKv {
+        std::vector<float> k, v;
+    };
+    struct Step;  // the batch's per-token bookkeeping for one forward
+
+    void check_batch(const ForwardBatch& batch) const;
+    void attention_block(int layer, const Step& step);
+    void moe_block(int layer, const Step& step);
+    void store_kv(int layer, const Step& step);
+    void unembed(const Step& step);
+    void dump(std::string_view name, int layer, std::span<const float> values) const;
+
+    Weights weights_;
+    Config config_;
+    std::unique_ptr<ThreadPool> own_pool_;  // when options.n_threads > 0
+    ThreadPool* pool_ = nullptr;
+    size_t kv_budget_ = 0;
+    RopeTable rope_;
+    std::vector<LayerVectors> vectors_;  // [n_layers]
+    std::vector<float> final_norm_;      // [d_model]
+    KvLayout layout_;
+    std::vector<LayerKv> kv_;            // [n_layers]
+    // Positions [slot_begin_, slot_end_) each window slot holds (the last sliding_window of them are
+    // in the ring). A slice that does not continue its slot's range restarts the slot at its
+    // start_pos: a prefix-cache replay then attends only to the keys it has written itself.
+    std::vector<int32_t> slot_begin_, slot_end_;  // [n_window_slots]
+    DumpFn dump_;
+
+    // Activations of the current step, [n_tokens, width] each.
+    std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_, moe_;
+    std::vector<int32_t> expert_ids_;     // [n_tokens, top_k]
+    std::vector<float> expert_weights_;   // [n_tokens, top_k]
+    std::vector<float> logits_;           // [n_logit_rows, vocab_size]
+    int n_logit_rows_ = 0;
+};
+
+}  // namespace osprey::model
