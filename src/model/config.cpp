@@ -311,6 +311,12 @@ Value Config::to_original_json() const {
     j.set("rope_scaling_factor", rope_factor);
     j.set("rope_ntk_alpha", rope_beta_slow);
     j.set("rope_ntk_beta", rope_beta_fast);
+    // Not original keys (OpenAI's files leave the ids to the tokenizer); written only for models whose
+    // ids differ from gpt-oss's, e.g. small-vocabulary test models, so that they read back.
+    if (eos_token_id != Config{}.eos_token_id || pad_token_id != Config{}.pad_token_id) {
+        j.set("eos_token_id", eos_token_id);
+        j.set("pad_token_id", pad_token_id);
+    }
     return j;
 }
 
