@@ -14,15 +14,6 @@ namespace {
 
 double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
 
-// Sample i of a request draws with its own seed; sample 0 keeps the request's.
-uint64_t sample_seed(uint64_t seed, int sample) {
-    if (sample == 0) return seed;
-    uint64_t x = seed + 0x9E3779B97F4A7C15ull * uint64_t(sample);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 }  // namespace
 
 KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {

@@ -18,6 +18,14 @@ const char* finish_reason_name(FinishReason r) {
     return "unknown";
 }
 
+uint64_t sample_seed(uint64_t seed, int sample) {
+    if (sample == 0) return seed;
+    uint64_t x = seed + 0x9E3779B97F4A7C15ull * uint64_t(sample);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
 void validate_request(const Request& r, const RequestLimits& limits) {
     const std::string who = r.id.empty() ? std::string("request") : "request '" + r.id + "'";
     OSPREY_CHECK(!r.prompt.empty(), who, ": the prompt is empty");

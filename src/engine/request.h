@@ -20,6 +20,10 @@ struct Request {
     int n = 1;                            // independent samples; they share the prompt's KV pages
 };
 
+// The seed sample `sample` of a request draws with: the request's own for sample 0, a mix of
+// (seed, sample) for the others, so n > 1 samples differ yet each is reproducible.
+uint64_t sample_seed(uint64_t seed, int sample);
+
 enum class FinishReason { stop, length, abort, error };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
 

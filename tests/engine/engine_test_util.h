@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/check.h"
 #include "engine/engine.h"
 #include "fake_runner.h"
 
