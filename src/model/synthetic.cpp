@@ -84,6 +84,7 @@ enum class Role : uint32_t {
     mlp_norm, router_w, router_b, mlp1_blocks, mlp1_scales, mlp1_bias, mlp2_blocks, mlp2_scales, mlp2_bias,
     qkv_w, qkv_b,  // original layout: rows dispatch to q/k/v
 };
+constexpr uint32_t kRoles = uint32_t(Role::qkv_b) + 1;
 
 uint64_t stream_key(uint64_t seed, Role role, int layer) {
     return mix64(mix64(seed ^ 0x6f737072657921ull) ^ (uint64_t(role) << 32) ^ uint64_t(uint32_t(layer)));
@@ -118,13 +119,15 @@ struct Permutation {
 class Generator {
 public:
     Generator(const Config& c, uint64_t seed, const SyntheticInit& init) : c_(c), seed_(seed), init_(init), perm_(seed, c.vocab_size) {
+        for (uint32_t r = 0; r < kRoles; ++r)
+            for (int l = 0; l < c.n_layers; ++l) keys_.push_back(stream_key(seed, Role(r), l));
         mlp1_scale_base_ = scale_base(1.0f / std::sqrt(float(c.d_model)));
         mlp2_scale_base_ = scale_base(init.mlp_update * init.embed_scale / (kSwigluOutRms * std::sqrt(float(c.d_ff))));
     }
 
     // BF16 element `index` of logical tensor (role, layer), as a float before rounding.
     float value(Role role, int layer, uint64_t index) const {
-        const uint64_t key = stream_key(seed_, role, layer);
+        const uint64_t key = key_of(role, layer);
         const float H = float(c_.d_model);
         auto rms = [&](float r) { return uniform(key, index) * r * kSqrt3; };
         switch (role) {
@@ -132,7 +135,7 @@ public:
             case Role::unembedding: {
                 const uint64_t row = index / uint64_t(c_.d_model), col = index % uint64_t(c_.d_model);
                 const uint64_t src = uint64_t(perm_(int64_t(row))) * uint64_t(c_.d_model) + col;
-                const bool neg = bits(stream_key(seed_, Role::embedding, 0), src) >> 63;
+                const bool neg = bits(key_of(Role::embedding, 0), src) >> 63;
                 return (neg ? -init_.top_logit : init_.top_logit) / H;
             }
             case Role::final_norm:
@@ -156,18 +159,22 @@ public:
         OSPREY_FAIL("synthetic: role ", uint32_t(role), " is not a BF16 tensor");
     }
 
-    // U8 element of an MXFP4 tensor.
-    uint8_t byte(Role role, int layer, uint64_t index) const {
-        const uint64_t key = stream_key(seed_, role, layer);
-        const uint64_t h = bits(key, index);
-        switch (role) {
-            case Role::mlp1_blocks:
-            case Role::mlp2_blocks: return uint8_t(h >> 56);
-            case Role::mlp1_scales: return uint8_t(mlp1_scale_base_ + int(h % 3) - 1);
-            case Role::mlp2_scales: return uint8_t(mlp2_scale_base_ + int(h % 3) - 1);
-            default: break;
+    // U8 elements [index, index + n) of an MXFP4 tensor; one hash gives 8 bytes.
+    void bytes(Role role, int layer, uint64_t index, uint8_t* out, size_t n) const {
+        OSPREY_CHECK(role == Role::mlp1_blocks || role == Role::mlp2_blocks || role == Role::mlp1_scales ||
+                         role == Role::mlp2_scales,
+                     "synthetic: role ", uint32_t(role), " is not a U8 tensor");
+        const uint64_t key = key_of(role, layer);
+        const bool scales = role == Role::mlp1_scales || role == Role::mlp2_scales;
+        const int base = role == Role::mlp1_scales ? mlp1_scale_base_ : mlp2_scale_base_;
+        for (size_t i = 0; i < n;) {
+            const uint64_t word = (index + i) / 8;
+            uint64_t h = bits(key, word);
+            for (unsigned b = unsigned((index + i) % 8); b < 8 && i < n; ++b, ++i) {
+                const uint8_t v = uint8_t(h >> (8 * b));
+                out[i] = scales ? uint8_t(base + int(v % 3) - 1) : v;  // scale: base exponent jittered by -1/0/+1
+            }
         }
-        OSPREY_FAIL("synthetic: role ", uint32_t(role), " is not a U8 tensor");
     }
 
     const Permutation& permutation() const { return perm_; }
@@ -183,7 +190,7 @@ private:
 
     float router_bias(int layer, int expert) const {
         // Rank of `expert` in a seed-dependent permutation of this layer's experts.
-        const uint64_t key = stream_key(seed_, Role::router_b, layer);
+        const uint64_t key = key_of(Role::router_b, layer);
         std::vector<int> order(size_t(c_.n_experts));
         std::iota(order.begin(), order.end(), 0);
         std::sort(order.begin(), order.end(), [&](int x, int y) {
@@ -197,8 +204,11 @@ private:
                init_.router_tail_step * float(rank - k);
     }
 
+    uint64_t key_of(Role role, int layer) const { return keys_[size_t(uint32_t(role)) * size_t(c_.n_layers) + size_t(layer)]; }
+
     Config c_;
     uint64_t seed_;
+    std::vector<uint64_t> keys_;  // [kRoles, n_layers] stream keys
     SyntheticInit init_;
     Permutation perm_;
     int mlp1_scale_base_ = 127, mlp2_scale_base_ = 127;
@@ -269,7 +279,7 @@ std::vector<Planned> plan_tensors(const Config& c, Layout layout) {
 // Fills bytes [offset, offset + n) of a planned tensor.
 void fill_bytes(const Generator& g, const Config& c, const Planned& p, uint64_t offset, uint8_t* out, size_t n) {
     if (p.spec.dtype == DType::u8) {
-        for (size_t i = 0; i < n; ++i) out[i] = g.byte(p.role, p.layer, offset + i);
+        g.bytes(p.role, p.layer, offset, out, n);
         return;
     }
     // BF16: element e covers bytes [2e, 2e + 2) (little-endian); ranges may start or end mid-element.
