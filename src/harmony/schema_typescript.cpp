@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string_view>
 #include <vector>
 
@@ -18,6 +19,60 @@ namespace {
 using json::Array;
 using json::Value;
 
+// Shortest round-trip decimal digits of d > 0 and the exponent of their first digit: d ~ D[0].D[1..] x 10^exp10.
+void shortest_digits(double d, std::string& digits, int& exp10) {
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+    const std::string_view sci(buf, size_t(r.ptr - buf));  // "d.ddde+XX"
+    const size_t e = sci.find('e');
+    digits.clear();
+    for (char c : sci.substr(0, e))
+        if (c != '.') digits += c;
+    std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+' ? 1 : 0), sci.data() + sci.size(), exp10);
+}
+
+// The double that openai-harmony actually renders for a JSON float. Its Python API writes the float
+// with repr() and serde_json (without float_roundtrip) reads it back as significand * or / 10^k in
+// f64 arithmetic, which can be one ulp off the exact value (e.g. 215507.77144925506 -> ...503).
+// This rebuilds repr()'s digits (fixed notation for 1e-4 <= |d| < 1e16, ".0" appended to whole
+// numbers), then repeats serde_json's arithmetic.
+double serde_reparse(double d) {
+    if (!std::isfinite(d) || d == 0) return d;
+    const bool negative = d < 0;
+    std::string digits;
+    int exp10 = 0;
+    shortest_digits(std::fabs(d), digits, exp10);
+    const int len = int(digits.size());
+    const int decpt = exp10 + 1;  // value = 0.DIGITS x 10^decpt
+    uint64_t significand = 0;
+    for (char c : digits) significand = significand * 10 + uint64_t(c - '0');
+    int exponent = 0;
+    if (decpt > -4 && decpt <= 16 && decpt >= len) {  // "1200.0": the ".0" digit joins the significand
+        for (int i = len; i < decpt + 1; ++i) significand *= 10;
+        exponent = -1;
+    } else {  // "12.34", "0.0012" or "1.234e+20"
+        exponent = decpt - len;
+    }
+    static const std::vector<double> pow10 = [] {
+        std::vector<double> t(309);
+        for (int i = 0; i <= 308; ++i) t[size_t(i)] = std::strtod(("1e" + std::to_string(i)).c_str(), nullptr);
+        return t;
+    }();
+    double f = double(significand);
+    for (;;) {
+        const int a = exponent < 0 ? -exponent : exponent;
+        if (a <= 308) {
+            if (exponent >= 0) f *= pow10[size_t(a)];
+            else f /= pow10[size_t(a)];
+            break;
+        }
+        if (f == 0.0 || exponent >= 0) break;  // (serde_json would reject the overflow; repr never makes one)
+        f /= 1e308;
+        exponent += 308;
+    }
+    return negative ? -f : f;
+}
+
 // Rust's shortest float form (ryu, as used by serde_json): "1.0", "0.001", "1e20", "1.5e-7".
 std::string format_float(double d) {
     if (!std::isfinite(d)) return "null";
@@ -27,15 +82,9 @@ std::string format_float(double d) {
         d = -d;
     }
     if (d == 0) return out + "0.0";
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
-    const std::string_view sci(buf, size_t(r.ptr - buf));  // "d.ddde+XX"
-    const size_t e = sci.find('e');
     std::string digits;
-    for (char c : sci.substr(0, e))
-        if (c != '.') digits += c;
     int exp10 = 0;
-    std::from_chars(sci.data() + e + 1 + (sci[e + 1] == '+' ? 1 : 0), sci.data() + sci.size(), exp10);
+    shortest_digits(d, digits, exp10);
     const int length = int(digits.size());
     const int kk = exp10 + 1;  // the decimal point sits after kk digits
     const int k = kk - length;
@@ -95,7 +144,7 @@ void append_serde_json(std::string& out, const Value& v) {
         case json::Type::boolean: out += v.as_bool() ? "true" : "false"; break;
         case json::Type::number:
             if (v.is_integer() && !v.is_float()) out += std::to_string(v.as_int());
-            else out += format_float(v.as_double());
+            else out += format_float(serde_reparse(v.as_double()));
             break;
         case json::Type::string: append_serde_string(out, v.as_string()); break;
         case json::Type::array: {
