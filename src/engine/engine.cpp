@@ -74,7 +74,9 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     SchedulerOptions so;
     so.max_num_seqs = options_.max_num_seqs;
     so.max_batch_tokens = options_.max_batch_tokens;
-    so.sliding_window = c.sliding_window;
+    int n_sliding = 0;
+    for (int layer = 0; layer < c.n_layers; ++layer) n_sliding += c.is_sliding(layer) ? 1 : 0;
+    so.window_replay = n_sliding * (c.sliding_window - 1);
     so.admission_reserve_pages = kv_plan_.layout.n_pages / 100;
     scheduler_ = std::make_unique<Scheduler>(so, *kv_);
     stats_.n_pages = kv_plan_.layout.n_pages;

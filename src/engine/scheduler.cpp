@@ -18,7 +18,7 @@ bool before(const Sequence* a, const Sequence* b) {
 Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv) : options_(options), kv_(kv) {
     OSPREY_CHECK(options.max_num_seqs > 0, "max_num_seqs must be positive, got ", options.max_num_seqs);
     OSPREY_CHECK(options.max_batch_tokens > 0, "max_batch_tokens must be positive, got ", options.max_batch_tokens);
-    OSPREY_CHECK(options.sliding_window > 0, "sliding_window must be positive, got ", options.sliding_window);
+    OSPREY_CHECK(options.window_replay >= 0, "window_replay must be >= 0, got ", options.window_replay);
 }
 
 Scheduler::~Scheduler() = default;
@@ -137,12 +137,12 @@ StepPlan Scheduler::schedule() {
         if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
         if (waits_for_leader(*seq)) continue;
         // A prefix hit covers whole pages and leaves at least the last token to compute (its
-        // logits are needed). The window layers replay up to sliding_window - 1 cached tokens.
+        // logits are needed). The window layers replay up to window_replay cached tokens.
         std::vector<uint64_t> keys;
         const int max_hit_pages = (seq->n_tokens() - 1) / kv_.page_size();
         std::vector<PageId> hit = kv_.match_prefix(seq->tokens, max_hit_pages, keys);
         const int n_hit = int(hit.size()) * kv_.page_size();
-        const int start = std::max(0, n_hit - (options_.sliding_window - 1));
+        const int start = std::max(0, n_hit - options_.window_replay);
         const int n = std::min(seq->n_tokens() - start, budget);
         const int need = pages_for(start + n) - int(hit.size());
         const int reserve = running_.empty() ? 0 : options_.admission_reserve_pages;

@@ -23,7 +23,9 @@ namespace osprey::engine {
 struct SchedulerOptions {
     int max_num_seqs = 64;        // running sequences (each holds one window slot)
     int max_batch_tokens = 2048;  // tokens per step
-    int sliding_window = 128;     // a prefix-cache hit replays sliding_window - 1 tokens
+    // Tokens before a prefix-cache hit's end that are recomputed (window K/V only) to refill the
+    // window slot exactly: n_sliding_layers * (sliding_window - 1) (model/forward_batch.h).
+    int window_replay = 127;
     // Pages kept free when admitting a new sequence while others run, so running sequences can
     // grow without immediately preempting.
     int admission_reserve_pages = 0;

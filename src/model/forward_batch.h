@@ -20,7 +20,11 @@ struct SequenceSlice {
     int32_t n_tokens = 0;     // tokens of this sequence in this step (a prefill chunk, or 1 to decode)
     int32_t start_pos = 0;    // position of the first token; positions [0, start_pos) are in the cache
     // Leading tokens of this slice whose full-layer K/V is already in the pages (a prefix-cache hit
-    // replays up to 127 tokens to refill the window slot): for them only window K/V is written.
+    // replays them to refill the window slot): for them only window K/V is written. NOTE: a
+    // sliding layer's K/V at position p depends on the sliding attention of every earlier layer
+    // over [p - 127, p], so an exact refill replays n_sliding_layers * (sliding_window - 1) tokens
+    // (the engine does; the first replayed tokens see a truncated window and are corrected by the
+    // later ones). Any length from 0 to n_tokens is valid here.
     int32_t n_full_kv_cached = 0;
     int32_t window_slot = 0;       // sliding-window ring for this sequence
     std::vector<int32_t> pages;    // page table covering positions [0, start_pos + n_tokens)

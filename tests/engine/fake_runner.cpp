@@ -35,7 +35,7 @@ void fill_logits(uint64_t h, float* row, int vocab_size) {
 }  // namespace
 
 FakeRunner::FakeRunner(FakeRunnerOptions options) : options_(options) {
-    config_.n_layers = 2;
+    config_.n_layers = 4;  // two sliding layers: prefix hits replay 2 * (window - 1) tokens
     config_.vocab_size = options.vocab_size;
     config_.sliding_window = options.sliding_window;
     config_.max_position = options.max_position;

@@ -208,8 +208,8 @@ TEST(engine, prefix_hit_skips_prefill_and_reports_cached_tokens) {
     EXPECT_EQ(oa[0].tokens, ob[0].tokens);
     EXPECT_EQ(oa[0].finish.usage.cached_tokens, 0);
     EXPECT_EQ(ob[0].finish.usage.cached_tokens, 392) << "49 full pages of 8; the last token is recomputed";
-    // Second run: 127 replayed + 8 recomputed + 2 decodes.
-    EXPECT_EQ(runner.n_tokens_run() - tokens_first, 127 + 8 + 2);
+    // Second run: 2 sliding layers x 127 replayed + 8 recomputed + 2 decodes.
+    EXPECT_EQ(runner.n_tokens_run() - tokens_first, 254 + 8 + 2);
 }
 
 TEST(engine, n_samples_share_the_prompt_and_draw_independently) {

@@ -34,7 +34,7 @@ std::vector<SeqOutput> commit_all(Scheduler& s, const StepPlan& plan) {
 
 TEST(scheduler, long_prompt_is_chunked_and_mixed_with_decodes) {
     KvCacheManager kv(64, 4, 4, true);
-    Scheduler s({.max_num_seqs = 4, .max_batch_tokens = 10, .sliding_window = 8}, kv);
+    Scheduler s({.max_num_seqs = 4, .max_batch_tokens = 10, .window_replay = 7}, kv);
     s.add_request(info(1, 3, 50), {1, 2, 3}, {SamplingParams{}});
     StepPlan p = s.schedule();
     ASSERT_EQ(p.chunks.size(), 1u);
@@ -65,7 +65,7 @@ TEST(scheduler, long_prompt_is_chunked_and_mixed_with_decodes) {
 
 TEST(scheduler, admission_follows_priority_then_arrival) {
     KvCacheManager kv(64, 4, 2, true);
-    Scheduler s({.max_num_seqs = 2, .max_batch_tokens = 100, .sliding_window = 8}, kv);
+    Scheduler s({.max_num_seqs = 2, .max_batch_tokens = 100, .window_replay = 7}, kv);
     s.add_request(info(1, 4, 5, 0), {1, 1, 1, 1}, {SamplingParams{}});
     s.add_request(info(2, 4, 5, 0), {2, 2, 2, 2}, {SamplingParams{}});
     s.add_request(info(3, 4, 5, 2), {3, 3, 3, 3}, {SamplingParams{}});
@@ -79,7 +79,7 @@ TEST(scheduler, admission_follows_priority_then_arrival) {
 
 TEST(scheduler, out_of_pages_preempts_the_lowest_ranked_and_recomputes_it) {
     KvCacheManager kv(4, 2, 4, false);  // 8 tokens of cache in all
-    Scheduler s({.max_num_seqs = 4, .max_batch_tokens = 100, .sliding_window = 8}, kv);
+    Scheduler s({.max_num_seqs = 4, .max_batch_tokens = 100, .window_replay = 7}, kv);
     s.add_request(info(1, 3, 4, 1), {1, 2, 3}, {SamplingParams{}});
     s.add_request(info(2, 3, 4, 0), {4, 5, 6}, {SamplingParams{}});
     commit_all(s, s.schedule());  // both prefill: 2 pages each, all pages used
@@ -111,7 +111,7 @@ TEST(scheduler, out_of_pages_preempts_the_lowest_ranked_and_recomputes_it) {
 
 TEST(scheduler, commit_rejects_mismatched_results) {
     KvCacheManager kv(8, 4, 2, true);
-    Scheduler s({.max_num_seqs = 2, .max_batch_tokens = 100, .sliding_window = 8}, kv);
+    Scheduler s({.max_num_seqs = 2, .max_batch_tokens = 100, .window_replay = 7}, kv);
     s.add_request(info(1, 2, 5), {1, 2}, {SamplingParams{}});
     const StepPlan p = s.schedule();
     EXPECT_THROW(s.commit(p, {}), Error);
