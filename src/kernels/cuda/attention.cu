@@ -11,13 +11,16 @@
 
 namespace osprey::cuda {
 
-AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas) {
+AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
+                        bool fixed_splits) {
     OSPREY_CHECK(window >= 0 && n_kv_heads > 0, "plan_attention: window ", window, ", n_kv_heads ", n_kv_heads);
     AttnPlan plan;
     int n_decode_tokens = 0;
     for (const AttnSlice& s : slices) {
-        OSPREY_CHECK(s.n_tokens > 0 && s.start_pos >= 0 && s.first_token >= 0, "plan_attention: bad slice (tokens ",
-                     s.n_tokens, ", start_pos ", s.start_pos, ")");
+        OSPREY_CHECK(s.n_tokens > 0 && s.start_pos >= 0 && s.first_token >= 0 && s.first_key >= 0 &&
+                         s.first_key <= s.start_pos,
+                     "plan_attention: bad slice (tokens ", s.n_tokens, ", start_pos ", s.start_pos, ", first_key ",
+                     s.first_key, ")");
         n_decode_tokens += s.n_tokens == 1;
     }
     // Splits per decode token: enough to fill target_ctas, never below kMinKeysPerSplit keys each.
@@ -30,19 +33,20 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
         base.page_offset = s.page_offset;
         if (s.n_tokens == 1) {
             const int p = s.start_pos;
-            const int lo = window ? std::max(0, p - window + 1) : 0;
+            const int lo = std::max(s.first_key, window ? p - window + 1 : 0);
             const int n_keys = p + 1 - lo;
             const int max_splits = (n_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
-            const int n_splits = std::clamp(want_splits, 1, max_splits);
+            const int n_splits = fixed_splits ? want_splits : std::clamp(want_splits, 1, max_splits);
             // Splits of whole key tiles, so that no tile is read by two splits.
             const int raw_per_split = (n_keys + n_splits - 1) / n_splits;
             const int per_split = (raw_per_split + kAttnKeyTile - 1) / kAttnKeyTile * kAttnKeyTile;
             const int first_partial = plan.n_partials;
             int made = 0;
-            for (int k = lo; k <= p; k += per_split, ++made) {
+            for (int i = 0; i < n_splits && (fixed_splits || lo + i * per_split <= p); ++i, ++made) {
                 AttnItem it = base;
                 it.q_token = s.first_token, it.n_q = 1, it.pos0 = p;
-                it.key_begin = k, it.key_end = std::min(p + 1, k + per_split);
+                it.key_begin = std::min(p + 1, lo + i * per_split);  // empty when past the end
+                it.key_end = std::min(p + 1, lo + (i + 1) * per_split);
                 it.partial = -1;
                 plan.decode.push_back(it);
             }
@@ -57,7 +61,7 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
                 it.q_token = s.first_token + t;
                 it.n_q = std::min(kPrefillTokens, s.n_tokens - t);
                 it.pos0 = s.start_pos + t;
-                it.key_begin = window ? std::max(0, it.pos0 - window + 1) : 0;
+                it.key_begin = std::max(s.first_key, window ? it.pos0 - window + 1 : 0);
                 it.key_end = it.pos0 + it.n_q;
                 plan.prefill.push_back(it);
             }
@@ -249,18 +253,25 @@ template <int kQ>
 void launch_items(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
     if (n_items == 0) return;
     constexpr size_t smem = smem_bytes<kQ>();
-    static bool configured = false;  // raise the dynamic shared-memory limit once per instantiation
-    if (!configured) {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kQ>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        configured = true;
-    }
     attention_kernel<kQ><<<dim3(n_items, a.n_kv_heads), kThreads, smem, stream>>>(a, items);
     CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
+void attention_configure() {
+    static const bool done = [] {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem_bytes<1>())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kPrefillTokens>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem_bytes<kPrefillTokens>())));
+        return true;
+    }();
+    (void)done;
+}
+
 void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t stream) {
+    attention_configure();
     OSPREY_CHECK(a.n_kv_heads > 0 && a.n_q_heads == a.n_kv_heads * kAttnGroup, "attention: ", a.n_q_heads,
                  " query heads for ", a.n_kv_heads, " KV heads; only a group of ", kAttnGroup, " is compiled");
     dispatch_int<kAttnHeadDim>("attention head_dim", a.head_dim, [&]<int>() {});

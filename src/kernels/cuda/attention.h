@@ -43,6 +43,9 @@ struct AttnSlice {
     int32_t start_pos = 0;    // position of the first token; keys [0, start_pos) are in the cache
     int32_t window_slot = 0;  // ring slot (ring layers)
     int32_t page_offset = 0;  // index of the slice's first page id in page_table (paged layers)
+    // First position present at all: keys before it are skipped (a ring refilled by a prefix-cache
+    // replay holds nothing older than the replay's start). 0 for paged layers.
+    int32_t first_key = 0;
 };
 
 struct AttnItem {
@@ -73,8 +76,11 @@ struct AttnPlan {
 
 // window: 0 for full causal attention, else the sliding window (keys p - window + 1 .. p).
 // target_ctas: how many CTAs decode items should fill (e.g. 2 x SM count); splits are made only
-// while the grid is smaller than that.
-AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas);
+// while the grid is smaller than that. fixed_splits: every decode token gets the same number of
+// splits whatever its context (some may be empty), so that a decode step's grid sizes depend only
+// on its batch size and the step can be replayed from a CUDA graph.
+AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
+                        bool fixed_splits = false);
 
 // The plan's arrays in device memory (uploaded by the caller).
 struct AttnDevicePlan {
@@ -104,6 +110,10 @@ struct AttnArgs {
     float* partial_acc = nullptr;      // [n_partials, n_kv_heads, kGroup, head_dim] f32 scratch
     float2* partial_ml = nullptr;      // [n_partials, n_kv_heads, kGroup] (max, sum) scratch
 };
+
+// Raises the kernels' shared-memory limits; called by attention() itself, and by owners of CUDA
+// graphs before their first capture (it is not a stream operation).
+void attention_configure();
 
 // Runs the plan: decode items, prefill items, then the merge of split decode tokens.
 void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t stream);

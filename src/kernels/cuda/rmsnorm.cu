@@ -13,7 +13,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
     const int t = blockIdx.x;
     const int r = a.rows ? a.rows[t] : t;
     float4* x = reinterpret_cast<float4*>(a.x + size_t(r) * a.d);
-    const float4* delta = a.delta ? reinterpret_cast<const float4*>(a.delta + size_t(t) * a.d) : nullptr;
+    const float4* delta = a.delta ? reinterpret_cast<const float4*>(a.delta + size_t(r) * a.d) : nullptr;
     const int n_vec = a.d / 4;
 
     float4 v[kVecPerThread];

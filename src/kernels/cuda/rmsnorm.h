@@ -1,6 +1,6 @@
 // RMSNorm of the FP32 residual stream to a BF16 activation (spec §3.2), optionally fused with the
 // residual add that precedes it and with a row gather (the final norm of the logit rows only):
-//   if delta:  x[r, :] = x[r, :] + delta[t, :]      (written back, r = rows ? rows[t] : t)
+//   if delta:  x[r, :] = x[r, :] + delta[r, :]      (written back, r = rows ? rows[t] : t)
 //   y[t, :] = bf16( x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * gain[:] )
 #pragma once
 
@@ -16,7 +16,7 @@ struct RmsNormArgs {
     bf16* y = nullptr;               // [n_tokens, d] bf16
     float* x = nullptr;              // [*, d] f32 residual stream (written only when delta is set)
     const float* gain = nullptr;     // [d] f32
-    const float* delta = nullptr;    // [n_tokens, d] f32 added into x first, or null
+    const float* delta = nullptr;    // [*, d] f32 (rows like x) added into x first, or null
     const int32_t* rows = nullptr;   // [n_tokens] rows of x to normalise (device), or null for 0..n-1
     int n_tokens = 0;
     int d = 0;                       // multiple of 4, at most kMaxChannels

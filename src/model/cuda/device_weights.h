@@ -1,0 +1,56 @@
+// gpt-oss weights in device memory, loaded from a checkpoint folder (tiny, 20b, 120b; either layout).
+// Experts stay MXFP4 blocks/scales exactly as shipped (never materialised as BF16); every other
+// matrix is BF16; norm gains are widened to FP32 (they may be stored BF16 or F32); q, k and v are
+// concatenated into one [q_dim + 2 kv_dim, d_model] weight (and bias) so that one GEMM makes qkv.
+// Loading streams the memory-mapped shards through pinned staging buffers in large sequential
+// copies, with a progress bar on the terminal.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/bf16.h"
+#include "kernels/cuda/runtime.h"
+#include "model/weights.h"
+
+namespace osprey::model {
+
+struct DeviceLayer {
+    cuda::DeviceBuffer<float> attn_norm;      // [H] f32
+    cuda::DeviceBuffer<bf16> qkv_w;           // [Q + 2K, H] bf16: q rows, k rows, v rows
+    cuda::DeviceBuffer<bf16> qkv_b;           // [Q + 2K]
+    cuda::DeviceBuffer<bf16> sinks;           // [NH]
+    cuda::DeviceBuffer<bf16> out_w;           // [H, Q]
+    cuda::DeviceBuffer<bf16> out_b;           // [H]
+    cuda::DeviceBuffer<float> mlp_norm;       // [H] f32
+    cuda::DeviceBuffer<bf16> router_w;        // [E, H]
+    cuda::DeviceBuffer<bf16> router_b;        // [E]
+    cuda::DeviceBuffer<uint8_t> mlp1_blocks;  // [E, 2I, H/32, 16] MXFP4 pairs (low nibble = even element)
+    cuda::DeviceBuffer<uint8_t> mlp1_scales;  // [E, 2I, H/32] E8M0
+    cuda::DeviceBuffer<bf16> mlp1_bias;       // [E, 2I] (gate/up interleaved)
+    cuda::DeviceBuffer<uint8_t> mlp2_blocks;  // [E, H, I/32, 16]
+    cuda::DeviceBuffer<uint8_t> mlp2_scales;  // [E, H, I/32]
+    cuda::DeviceBuffer<bf16> mlp2_bias;       // [E, H]
+};
+
+struct LoadStats {
+    size_t bytes = 0;      // bytes copied to the device
+    double seconds = 0.0;  // wall time of the load
+    double gb_per_s() const { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0; }
+};
+
+class DeviceWeights {
+public:
+    // Copies every tensor of `w` to the current device. progress: draw a bar on stderr.
+    static DeviceWeights load(const Weights& w, bool progress);
+
+    Config config;
+    cuda::DeviceBuffer<bf16> embedding;    // [vocab, H]
+    std::vector<DeviceLayer> layers;       // [n_layers]
+    cuda::DeviceBuffer<float> final_norm;  // [H] f32
+    cuda::DeviceBuffer<bf16> unembedding;  // [vocab, H]
+    LoadStats stats;
+    size_t device_bytes() const;
+};
+
+}  // namespace osprey::model

@@ -1,0 +1,63 @@
+#include "model/cuda/moe_step.h"
+
+#include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_group.h"
+#include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/moe_route.h"
+
+#include <algorithm>
+
+namespace osprey::model {
+
+size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
+    using W = cuda::Workspace;
+    const size_t rows = size_t(max_tokens) * c.top_k;
+    return W::bytes_for<int32_t>(rows) + W::bytes_for<float>(rows) + W::bytes_for<int32_t>(c.n_experts + 1) +
+           W::bytes_for<int32_t>(rows) +
+           W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
+           W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model);
+}
+
+MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
+    const size_t rows = size_t(max_tokens) * c.top_k;
+    MoeStep m;
+    m.expert_ids = ws.take<int32_t>(rows, "moe expert ids");
+    m.expert_weights = ws.take<float>(rows, "moe expert weights");
+    m.expert_offsets = ws.take<int32_t>(c.n_experts + 1, "moe expert offsets");
+    m.sorted_rows = ws.take<int32_t>(rows, "moe sorted rows");
+    m.group_scratch = ws.take<int32_t>(
+        std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts)), "moe group scratch");
+    m.u = ws.take<bf16>(rows * c.d_ff, "moe u");
+    m.y = ws.take<float>(rows * c.d_model, "moe y");
+    return m;
+}
+
+void MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
+                  cudaStream_t stream) const {
+    // top-4 experts on the raw logits, softmax over those four          [T, top_k]
+    cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
+                          .n_tokens = n_tokens, .n_experts = c.n_experts, .top_k = c.top_k},
+                         stream);
+    // routed rows grouped by expert (deterministic counting sort)
+    cuda::moe_group_by_expert({.expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .scratch = group_scratch,
+                               .expert_ids = expert_ids, .n_tokens = n_tokens, .n_experts = c.n_experts,
+                               .top_k = c.top_k},
+                              stream);
+    // u = clamped swiglu(h · W1_eᵀ + b1_e)                              [T * top_k, d_ff] bf16
+    cuda::moe_mlp1({.u = u, .x = h, .w = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
+                    .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
+                    .n_experts = c.n_experts, .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff,
+                    .swiglu_alpha = c.swiglu_alpha, .swiglu_limit = c.swiglu_limit},
+                   stream);
+    // y = u · W2_eᵀ + b2_e                                               [T * top_k, d_model] f32
+    cuda::moe_mlp2({.y = y, .u = u, .w = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
+                    .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
+                    .n_experts = c.n_experts, .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff},
+                   stream);
+    // moe = Σ_slot w · y                                                 [T, d_model] f32
+    cuda::moe_combine({.out = moe, .y = y, .expert_weights = expert_weights, .n_tokens = n_tokens,
+                       .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
+                      stream);
+}
+
+}  // namespace osprey::model

@@ -1,0 +1,36 @@
+// The MoE step of the CUDA forward (spec §3.6) as a sequence of the MoE kernels' launches:
+//   router logits (f32, from the forward's GEMM) -> top-4 + softmax -> group rows by expert
+//   -> mlp1 (MXFP4, bias, clamped SwiGLU) -> mlp2 (MXFP4, bias) -> weighted combine into `moe`.
+// Owns nothing: its buffers are carved from the runner's workspace for the largest batch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/bf16.h"
+#include "kernels/cuda/runtime.h"
+#include "model/config.h"
+#include "model/cuda/device_weights.h"
+
+namespace osprey::model {
+
+struct MoeStep {
+    int32_t* expert_ids = nullptr;      // [T, top_k]
+    float* expert_weights = nullptr;    // [T, top_k]
+    int32_t* expert_offsets = nullptr;  // [n_experts + 1]
+    int32_t* sorted_rows = nullptr;     // [T * top_k]
+    int32_t* group_scratch = nullptr;   // [moe_group_scratch_elems(T, top_k, n_experts)]
+    bf16* u = nullptr;                  // [T * top_k, d_ff]
+    float* y = nullptr;                 // [T * top_k, d_model]
+
+    static size_t workspace_bytes(const Config& c, int max_tokens);
+    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
+
+    // moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :])     [T, d_model] f32 (overwritten)
+    // router: [T, n_experts] f32 logits with the bias already added; h: [T, d_model] bf16.
+    void run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
+             cudaStream_t stream) const;
+};
+
+}  // namespace osprey::model
