@@ -3,6 +3,7 @@
 // expert weight scales).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "checkpoint_test_util.h"
 #include "core/bf16.h"
@@ -178,6 +179,49 @@ TEST(synthetic, weight_scales_follow_the_init_constants) {
     // Scales vary across blocks (the decoder's scale path is exercised).
     const uint8_t* s = L.mlp1_scales.as<uint8_t>();
     EXPECT_NE(*std::min_element(s, s + L.mlp1_scales.numel()), *std::max_element(s, s + L.mlp1_scales.numel()));
+}
+
+// Runs `cmd` and returns its stdout; fails the test on a non-zero exit.
+std::string run_command(const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    EXPECT_NE(p, nullptr) << cmd;
+    if (p == nullptr) return out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << cmd;
+    return out;
+}
+
+// The official safetensors library (Python, scripts/requirements-test.txt) opens the synthetic
+// shards, and its view of every tensor (dtype, shape, U8 bytes) equals ours.
+TEST(synthetic, official_safetensors_library_reads_the_same_tensors) {
+    const std::string python = OSPREY_PYTHON;
+    if (python.empty()) GTEST_SKIP() << "OSPREY_PYTHON not configured (scripts/test.sh sets it)";
+    ScratchDir dir("synth_official");
+    test::write_small(dir.path, Layout::hf, 2, 0, 200'000);
+    const std::string script = std::string(OSPREY_SOURCE_DIR) + "/tests/io/official_safetensors_summary.py";
+    const json::Value s = json::parse(run_command("'" + python + "' '" + script + "' '" + dir.path.string() + "'"));
+    const Weights w = Weights::load(dir.path);
+    ASSERT_EQ(s.at("tensors").size(), w.n_tensors());
+    for (const auto& [name, e] : s.at("tensors").as_object()) {
+        const TensorView& v = w.checkpoint->at(name);
+        EXPECT_EQ(e.at("dtype").as_string(), dtype_name(v.dtype)) << name;
+        std::vector<int64_t> shape;
+        for (const auto& d : e.at("shape").as_array()) shape.push_back(d.as_int());
+        EXPECT_EQ(shape, v.shape) << name;
+        EXPECT_EQ(e.at("file").as_string(), w.checkpoint->file_of(name).filename().string()) << name;
+        if (v.dtype == DType::u8) {
+            uint64_t sum = 0;
+            for (int64_t i = 0; i < v.numel(); ++i) sum += v.as<uint8_t>()[i];
+            EXPECT_EQ(uint64_t(e.at("u8_sum").as_int()), sum) << name;
+        }
+    }
+    for (const auto& [file, meta] : s.at("metadata").as_object()) EXPECT_EQ(meta.at("format").as_string(), "pt") << file;
+    EXPECT_EQ(uint64_t(s.at("index").at("total_size").as_int()), w.total_bytes());
+    EXPECT_EQ(s.at("index").at("missing").size(), 0u);
+    EXPECT_EQ(s.at("index").at("extra").size(), 0u);
 }
 
 TEST(synthetic, presets_and_errors) {
