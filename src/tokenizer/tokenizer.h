@@ -26,9 +26,13 @@ public:
     // Each loader throws osprey::Error naming the file and the problem.
     static Tokenizer from_tiktoken_file(const std::filesystem::path& rank_file);
     static Tokenizer from_hf_json(const std::filesystem::path& tokenizer_json);
-    // A model folder: tokenizer.json if present, else o200k_base.tiktoken (also under original/).
+    // A model folder: the first existing file of tokenizer_search_paths(dir) (throws listing them all).
     static Tokenizer from_model_dir(const std::filesystem::path& dir);
+    // A *.json file as tokenizer.json, anything else as a tiktoken rank file.
+    static Tokenizer from_file(const std::filesystem::path& path);
 
+    // Throws osprey::Error on invalid UTF-8 (naming the byte offset): text must be text, and a
+    // silent replacement would change what the model sees.
     std::vector<TokenId> encode(std::string_view text, Specials specials = Specials::as_text) const;
     // Concatenated bytes of the tokens (may be invalid UTF-8 when cut mid-character). Throws on an
     // id outside the vocabulary.
@@ -51,12 +55,17 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
+// Where from_model_dir(dir) looks, in order: dir/tokenizer.json, dir/o200k_base.tiktoken,
+// dir/original/o200k_base.tiktoken, $OSPREY_TIKTOKEN_FILE, $HOME/.cache/osprey/o200k_base.tiktoken.
+// An empty dir skips the first three.
+std::vector<std::filesystem::path> tokenizer_search_paths(const std::filesystem::path& dir);
+
 // Turns a stream of token ids into text without ever emitting part of a UTF-8 character: bytes of
 // an unfinished character are held until the next token completes it.
 class StreamDecoder {
 public:
     explicit StreamDecoder(const Tokenizer& tokenizer) : tokenizer_(&tokenizer) {}
-    std::string push(TokenId id);  // the newly completed text (possibly empty)
+    std::string push(TokenId id);  // the newly completed text (possibly empty; invalid bytes become U+FFFD)
     std::string flush();           // what is left at the end (invalid bytes become U+FFFD)
 
 private:

@@ -1,0 +1,43 @@
+// Byte-level BPE over a rank table (tiktoken's algorithm, shared/spec/harmony.md §1.3): a piece
+// that is a whole token is one id; otherwise start from bytes and repeatedly merge the adjacent
+// pair whose concatenation has the lowest rank (ties: leftmost). Test: tests/tokenizer/test_bpe.cpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace osprey::tok {
+
+class Bpe {
+public:
+    // tokens[rank] = the token's bytes. All 256 single bytes must be present and no two tokens may
+    // be equal (throws osprey::Error naming the rank otherwise).
+    explicit Bpe(std::vector<std::string> tokens);
+
+    int n_tokens() const { return int(tokens_.size()); }
+    const std::string& bytes_of(int32_t rank) const { return tokens_[size_t(rank)]; }
+    std::optional<int32_t> rank_of(std::string_view bytes) const;
+    // Rank of the concatenation of tokens a and b, or -1 when it is not a token.
+    int32_t merged_rank(int32_t a, int32_t b) const;
+
+    // Appends the ids of one pre-tokenized piece (non-empty) to out.
+    void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+private:
+    void merge_short(std::string_view piece, std::vector<int32_t>& out) const;
+    void merge_long(std::string_view piece, std::vector<int32_t>& out) const;
+
+    std::vector<std::string> tokens_;  // [n_tokens] bytes of each rank
+    size_t max_token_len_ = 0;
+    int32_t byte_rank_[256];
+    // Open addressing, linear probing: rank + 1 per slot, 0 = empty.
+    std::vector<uint32_t> by_bytes_;  // [power of two ≥ 2 n_tokens]
+    // (a << 32 | b) -> rank of the concatenation, open addressing; key ~0 = empty.
+    std::vector<uint64_t> pair_keys_;   // [power of two]
+    std::vector<int32_t> pair_ranks_;   // [same]
+};
+
+}  // namespace osprey::tok
