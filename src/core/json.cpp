@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "core/utf8.h"
@@ -329,6 +330,7 @@ private:
     Value parse_object(int depth) {
         ++pos_;  // {
         Object o;
+        std::unordered_map<std::string, size_t> index;  // key -> position in o, once o is large
         skip_ws();
         if (pos_ < s_.size() && s_[pos_] == '}') {
             ++pos_;
@@ -343,12 +345,28 @@ private:
             ++pos_;
             skip_ws();
             Value v = parse_value(depth + 1);
+            // Duplicate keys: the last one wins, as in most parsers. Large objects (a tokenizer.json
+            // vocab has 200k members) look keys up in an index instead of scanning.
+            constexpr size_t kIndexFrom = 32;
+            if (o.size() == kIndexFrom && index.empty()) {
+                for (size_t k = 0; k < o.size(); ++k) index.emplace(o[k].first, k);
+            }
             bool replaced = false;
-            for (auto& [k, old] : o) {
-                if (k == key) {  // duplicate keys: the last one wins, as in most parsers
-                    old = std::move(v);
+            if (o.size() >= kIndexFrom) {
+                const auto it = index.find(key);
+                if (it != index.end()) {
+                    o[it->second].second = std::move(v);
                     replaced = true;
-                    break;
+                } else {
+                    index.emplace(key, o.size());
+                }
+            } else {
+                for (auto& [k, old] : o) {
+                    if (k == key) {
+                        old = std::move(v);
+                        replaced = true;
+                        break;
+                    }
                 }
             }
             if (!replaced) o.emplace_back(std::move(key), std::move(v));
