@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The one script to run on an H200 (or any sm_90 GPU): builds the CUDA targets if needed, runs every
+# GPU test (ctest -L gpu, or the test binaries of a prebuilt folder), compute-sanitizer memcheck on
+# the tiny-model forward, the kernel benchmarks, and the end-to-end forward benchmark on synthetic
+# full-size checkpoints. Everything is logged under the output folder. See docs/gpu.md.
+#
+#   scripts/gpu_suite.sh [--build DIR] [--bin DIR] [--out DIR] [--models "20b 120b"] [--model-dir DIR]
+#                        [--skip-tests] [--skip-benches] [--skip-sanitizer]
+#
+#   --build DIR   build folder (default build-gpu); configured and built with ninja when --bin is absent
+#   --bin DIR     a folder of prebuilt binaries (test_*, bench_*, bench_forward) to run instead of building
+#   --out DIR     where logs go (default gpu-logs/<UTC date-time>)
+#   --models L    synthetic presets for bench_forward, in order (default "20b"; "" for none). A preset is
+#                 tried only if the previous one succeeded; its checkpoint is deleted after its run
+#                 (64 GB disks: 20b takes 13 GB, 120b 61 GB).
+#   --model-dir   where the synthetic checkpoints are written (default /tmp/osprey-models)
+set -uo pipefail
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+build="$here/build-gpu"
+bin=""
+out=""
+models="20b"
+model_dir="/tmp/osprey-models"
+skip_tests=0 skip_benches=0 skip_sanitizer=0
+bench_forward_args="${OSPREY_BENCH_FORWARD_ARGS:-}"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build="$2"; shift 2 ;;
+    --bin) bin="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --models) models="$2"; shift 2 ;;
+    --model-dir) model_dir="$2"; shift 2 ;;
+    --skip-tests) skip_tests=1; shift ;;
+    --skip-benches) skip_benches=1; shift ;;
+    --skip-sanitizer) skip_sanitizer=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "gpu_suite: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+out="${out:-$here/gpu-logs/$(date -u +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+failures=0
+
+note() { echo "$*" | tee -a "$summary"; }
+# run NAME CMD...: runs CMD with its output in $out/NAME.log, notes PASS/FAIL and the time taken.
+run() {
+  local name="$1"; shift
+  local t0=$SECONDS
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  if [[ $rc -eq 0 ]]; then note "PASS $name ($((SECONDS - t0)) s)"; else note "FAIL $name (rc $rc, $((SECONDS - t0)) s): see $name.log"; failures=$((failures + 1)); fi
+  return $rc
+}
+
+note "gpu_suite: $(date -u) on $(hostname)"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$summary"
+
+if [[ -z "$bin" ]]; then
+  if [[ ! -f "$build/build.ninja" ]]; then
+    run configure cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release || exit 1
+  fi
+  run build ninja -C "$build" || exit 1
+  bin_of() { find "$build" -type f -name "$1" -perm -u+x | head -1; }
+else
+  bin_of() { [[ -x "$bin/$1" ]] && echo "$bin/$1"; }
+fi
+
+if [[ $skip_tests -eq 0 ]]; then
+  if [[ -z "$bin" ]]; then
+    run ctest_gpu ctest --test-dir "$build" -L gpu --output-on-failure
+  else
+    for t in "$bin"/test_*; do
+      [[ -x "$t" ]] || continue
+      run "$(basename "$t")" "$t"
+    done
+  fi
+  if [[ $skip_sanitizer -eq 0 ]]; then
+    fwd="$(bin_of test_cuda_forward)"
+    if [[ -n "$fwd" ]] && command -v compute-sanitizer > /dev/null; then
+      run memcheck_forward compute-sanitizer --tool memcheck --error-exitcode 1 "$fwd" \
+        --gtest_filter='cuda_forward.mixed_ragged_batch:cuda_forward.graph_decode_matches_eager'
+    else
+      note "SKIP memcheck_forward (no test_cuda_forward or compute-sanitizer)"
+    fi
+  fi
+fi
+
+if [[ $skip_benches -eq 0 ]]; then
+  for b in bench_linear bench_attention bench_moe bench_moe_mlp; do
+    exe="$(bin_of $b)"
+    [[ -n "$exe" ]] && run "$b" "$exe"
+  done
+  fwd_bench="$(bin_of bench_forward)"
+  for preset in $models; do
+    [[ -n "$fwd_bench" ]] || { note "SKIP bench_forward (not built)"; break; }
+    dir="$model_dir/$preset"
+    rm -rf "$dir"
+    # shellcheck disable=SC2086
+    run "bench_forward_$preset" "$fwd_bench" --model "$dir" --make-preset "$preset" $bench_forward_args
+    rc=$?
+    rm -rf "$dir"
+    [[ $rc -eq 0 ]] || break
+  done
+fi
+
+note "gpu_suite: $failures failure(s); logs in $out"
+[[ $failures -eq 0 ]]
