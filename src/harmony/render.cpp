@@ -237,6 +237,7 @@ std::vector<TokenId> Rendered::tokens(const tok::Tokenizer& tokenizer) const {
 }
 
 Rendered render_message(const Message& message, bool has_function_tools) {
+    validate_message(message, "message");
     Rendered out;
     render_into(out, message, has_function_tools);
     return out;
