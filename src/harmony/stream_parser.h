@@ -78,6 +78,7 @@ class StreamParser {
 public:
     static constexpr size_t kMaxHeaderTokens = 128;
 
+    // `tokenizer` must outlive the parser (only token_bytes() and vocab_size() are used).
     explicit StreamParser(const tok::Tokenizer& tokenizer, StreamParserOptions options = {});
 
     // Feeds tokens; returns the events they caused. Never throws on any id sequence.
