@@ -14,11 +14,15 @@
 //     1/sqrt(H) (so q, k, v have RMS ~1 and attention logits a moderate spread), the output
 //     projection has RMS attn_update*embed_scale/sqrt(q_dim) so the attention update has RMS
 //     ~attn_update of the residual; likewise the expert down projection for mlp_update.
-//   - Router: a per-layer bias pattern over a seed-dependent permutation of the experts. The layer's
-//     top_k experts get router_top, router_top - step, ...; below them the bias drops by router_gap,
-//     then falls in router_tail_step steps. Router weights add a token-dependent part of RMS
-//     router_noise only, so the gap between the top_k-th and the next logit (~router_gap) is many
-//     times the noise, and the softmax weights still vary from token to token.
+//   - Router with token-dependent routing and clear margins: each token has a routing class c(t)
+//     (one of m = route_code_dims classes); the first m embedding dims of t are Hadamard row c(t)
+//     (still ±embed_scale, so exactly orthogonal between classes). For each layer, every class gets a
+//     set S_c of top_k experts (disjoint groups of a per-layer, per-round permutation, so all experts
+//     are used and load is balanced), and router row e on the code dims is
+//     (router_class_logit / m) * sum_{c : e in S_c} Hadamard row c. An unperturbed token's router
+//     logits are then router_class_logit for S_c(t) and 0 elsewhere, plus biases uniform in
+//     ±router_bias_jitter and a token-dependent part of RMS router_noise from the other dims: the
+//     top_k-th / next gap is ~router_class_logit - 2 jitter, far above the layer-to-layer drift.
 //   - Experts (MXFP4): nibbles are uniformly random bytes (FP4 values up to ±6, RMS 2.93); each
 //     block's scale is a per-tensor base exponent jittered by -1/0/+1, the base chosen so the
 //     dequantised weights have RMS ~1/sqrt(H) (gate_up) and mlp_update*embed_scale/sqrt(d_ff) (down).
@@ -28,6 +32,8 @@
 // same model (the original fused qkv rows come from the same streams as HF q/k/v).
 #include "model/synthetic.h"
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -121,6 +127,14 @@ public:
     Generator(const Config& c, uint64_t seed, const SyntheticInit& init) : c_(c), seed_(seed), init_(init), perm_(seed, c.vocab_size) {
         for (uint32_t r = 0; r < kRoles; ++r)
             for (int l = 0; l < c.n_layers; ++l) keys_.push_back(stream_key(seed, Role(r), l));
+        code_dims_ = init.route_code_dims;
+        if (code_dims_ == 0) {
+            code_dims_ = 1;
+            while (code_dims_ * 2 <= std::min(32, c.d_model / 8)) code_dims_ *= 2;
+        }
+        OSPREY_CHECK(code_dims_ >= 1 && code_dims_ <= c.d_model && (code_dims_ & (code_dims_ - 1)) == 0,
+                     "synthetic: route_code_dims must be a power of two <= d_model, got ", code_dims_);
+        build_routing();
         mlp1_scale_base_ = scale_base(1.0f / std::sqrt(float(c.d_model)));
         mlp2_scale_base_ = scale_base(init.mlp_update * init.embed_scale / (kSwigluOutRms * std::sqrt(float(c.d_ff))));
     }
@@ -131,11 +145,13 @@ public:
         const float H = float(c_.d_model);
         auto rms = [&](float r) { return uniform(key, index) * r * kSqrt3; };
         switch (role) {
-            case Role::embedding: return (bits(key, index) >> 63) ? -init_.embed_scale : init_.embed_scale;
+            case Role::embedding: {
+                const uint64_t row = index / uint64_t(c_.d_model), col = index % uint64_t(c_.d_model);
+                return embed_negative(row, col) ? -init_.embed_scale : init_.embed_scale;
+            }
             case Role::unembedding: {
                 const uint64_t row = index / uint64_t(c_.d_model), col = index % uint64_t(c_.d_model);
-                const uint64_t src = uint64_t(perm_(int64_t(row))) * uint64_t(c_.d_model) + col;
-                const bool neg = bits(key_of(Role::embedding, 0), src) >> 63;
+                const bool neg = embed_negative(uint64_t(perm_(int64_t(row))), col);
                 return (neg ? -init_.top_logit : init_.top_logit) / H;
             }
             case Role::final_norm:
@@ -150,8 +166,14 @@ public:
             case Role::sinks: return uniform(key, index) * init_.sink_scale;
             case Role::out_w: return rms(init_.attn_update * init_.embed_scale / std::sqrt(float(c_.q_dim())));
             case Role::out_b: return rms(init_.out_bias * init_.attn_update * init_.embed_scale);
-            case Role::router_w: return rms(init_.router_noise / std::sqrt(H));
-            case Role::router_b: return router_bias(layer, int(index));
+            case Role::router_w: {
+                const int e = int(index / uint64_t(c_.d_model)), j = int(index % uint64_t(c_.d_model));
+                if (j >= code_dims_) return rms(init_.router_noise / std::sqrt(H - float(code_dims_)));
+                int sum = 0;
+                for (int cls : classes_of_[size_t(layer) * size_t(c_.n_experts) + size_t(e)]) sum += hadamard(cls, j);
+                return init_.router_class_logit / float(code_dims_) * float(sum);  // inputs are normalised to ±1
+            }
+            case Role::router_b: return uniform(key, index) * init_.router_bias_jitter;
             case Role::mlp1_bias: return rms(init_.mlp1_bias);
             case Role::mlp2_bias: return rms(init_.out_bias * init_.mlp_update * init_.embed_scale);
             default: break;
@@ -179,6 +201,14 @@ public:
 
     const Permutation& permutation() const { return perm_; }
 
+    // Routing class of a token (uniform over the code_dims classes).
+    int class_of(int64_t token) const {
+        return int(bits(key_of(Role::embedding, 0) ^ 0x636c617373ull, uint64_t(token)) % uint64_t(code_dims_));
+    }
+    const std::vector<int>& expert_set(int layer, int cls) const {
+        return sets_[size_t(layer) * size_t(code_dims_) + size_t(cls)];
+    }
+
 private:
     // E8M0 byte whose jittered uniform-FP4 blocks have RMS ~target.
     static int scale_base(float target) {
@@ -188,20 +218,39 @@ private:
         return s;
     }
 
-    float router_bias(int layer, int expert) const {
-        // Rank of `expert` in a seed-dependent permutation of this layer's experts.
-        const uint64_t key = key_of(Role::router_b, layer);
-        std::vector<int> order(size_t(c_.n_experts));
-        std::iota(order.begin(), order.end(), 0);
-        std::sort(order.begin(), order.end(), [&](int x, int y) {
-            const uint64_t hx = bits(key, uint64_t(x)), hy = bits(key, uint64_t(y));
-            return hx != hy ? hx < hy : x < y;
-        });
-        const int rank = int(std::find(order.begin(), order.end(), expert) - order.begin());
-        const int k = c_.top_k;
-        if (rank < k) return init_.router_top - init_.router_top_step * float(rank);
-        return init_.router_top - init_.router_top_step * float(k - 1) - init_.router_gap -
-               init_.router_tail_step * float(rank - k);
+    static int hadamard(int row, int col) { return (std::popcount(unsigned(row & col)) & 1) ? -1 : 1; }
+
+    // Sign of embedding element (token, dim): the class's Hadamard row on the code dims, random elsewhere.
+    bool embed_negative(uint64_t token, uint64_t dim) const {
+        if (dim < uint64_t(code_dims_)) return hadamard(class_of(int64_t(token)), int(dim)) < 0;
+        return bits(key_of(Role::embedding, 0), token * uint64_t(c_.d_model) + dim) >> 63;
+    }
+
+    // Per layer and class, the experts S_c: class c takes group (c mod G) of permutation round c / G,
+    // G = n_experts / top_k disjoint groups per round.
+    void build_routing() {
+        const int E = c_.n_experts, k = c_.top_k, G = std::max(1, E / k);
+        sets_.assign(size_t(c_.n_layers) * size_t(code_dims_), {});
+        classes_of_.assign(size_t(c_.n_layers) * size_t(E), {});
+        for (int l = 0; l < c_.n_layers; ++l) {
+            std::vector<int> perm;
+            for (int cls = 0; cls < code_dims_; ++cls) {
+                const int round = cls / G, group = cls % G;
+                if (group == 0) {  // a fresh permutation per round
+                    const uint64_t key = mix64(key_of(Role::router_w, l) ^ mix64(uint64_t(round) + 0x726f75746eull));
+                    perm.resize(size_t(E));
+                    std::iota(perm.begin(), perm.end(), 0);
+                    std::sort(perm.begin(), perm.end(), [&](int x, int y) {
+                        const uint64_t hx = bits(key, uint64_t(x)), hy = bits(key, uint64_t(y));
+                        return hx != hy ? hx < hy : x < y;
+                    });
+                }
+                std::vector<int>& set = sets_[size_t(l) * size_t(code_dims_) + size_t(cls)];
+                for (int i = 0; i < k; ++i) set.push_back(perm[size_t((group * k + i) % E)]);
+                std::sort(set.begin(), set.end());
+                for (int e : set) classes_of_[size_t(l) * size_t(E) + size_t(e)].push_back(cls);
+            }
+        }
     }
 
     uint64_t key_of(Role role, int layer) const { return keys_[size_t(uint32_t(role)) * size_t(c_.n_layers) + size_t(layer)]; }
@@ -209,6 +258,9 @@ private:
     Config c_;
     uint64_t seed_;
     std::vector<uint64_t> keys_;  // [kRoles, n_layers] stream keys
+    int code_dims_ = 1;                         // routing classes = embedding dims carrying the class
+    std::vector<std::vector<int>> sets_;        // [n_layers, code_dims] experts of each class
+    std::vector<std::vector<int>> classes_of_;  // [n_layers, n_experts] classes choosing each expert
     SyntheticInit init_;
     Permutation perm_;
     int mlp1_scale_base_ = 127, mlp2_scale_base_ = 127;
@@ -352,6 +404,14 @@ Config preset_config(std::string_view preset) {
 int64_t synthetic_next_token(const Config& config, uint64_t seed, int64_t token) {
     OSPREY_CHECK(token >= 0 && token < config.vocab_size, "token ", token, " outside the vocabulary");
     return Permutation(seed, config.vocab_size).inverse(token);
+}
+
+std::vector<int> synthetic_expert_set(const Config& config, uint64_t seed, int layer, int64_t token,
+                                      const SyntheticInit& init) {
+    OSPREY_CHECK(layer >= 0 && layer < config.n_layers, "layer ", layer, " outside [0, ", config.n_layers, ")");
+    OSPREY_CHECK(token >= 0 && token < config.vocab_size, "token ", token, " outside the vocabulary");
+    const Generator g(config, seed, init);
+    return g.expert_set(layer, g.class_of(token));
 }
 
 SyntheticResult write_synthetic_checkpoint(const SyntheticOptions& options) {

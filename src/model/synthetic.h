@@ -32,11 +32,10 @@ struct SyntheticInit {
     float mlp1_bias = 0.1f;          // RMS of gate_up biases (pre-activations have RMS ~1)
     float norm_gain_jitter = 0.05f;  // norm gains are 1 + uniform noise of this RMS
     float sink_scale = 1.0f;         // sinks uniform in [-sink_scale, sink_scale]
-    float router_top = 2.0f;         // router bias of a layer's best expert
-    float router_top_step = 0.2f;    // decrease per rank among the layer's top_k experts
-    float router_gap = 3.0f;         // extra bias drop between rank top_k-1 and rank top_k
-    float router_tail_step = 0.1f;   // decrease per rank below top_k
-    float router_noise = 0.15f;      // RMS of the token-dependent router logit part (weights)
+    float router_class_logit = 4.0f; // router logit of the experts chosen for a token's class
+    float router_bias_jitter = 0.5f; // router biases uniform in [-jitter, jitter] (softmax weights vary)
+    float router_noise = 0.15f;      // RMS of the router logit part from the non-code dimensions
+    int route_code_dims = 0;         // embedding dims carrying the routing class; 0 = min(32, 2^k <= H/8)
 };
 
 struct SyntheticOptions {
@@ -63,5 +62,10 @@ SyntheticResult write_synthetic_checkpoint(const SyntheticOptions& options);
 // The token the synthetic unembedding favours after `token` (the greedy continuation of an
 // unperturbed residual state): a known answer for end-to-end tests on synthetic checkpoints.
 int64_t synthetic_next_token(const Config& config, uint64_t seed, int64_t token);
+
+// The top_k experts (ascending ids) the synthetic router of `layer` picks for an unperturbed residual
+// state of `token` (by the token's routing class); `init` must be the one the checkpoint was written with.
+std::vector<int> synthetic_expert_set(const Config& config, uint64_t seed, int layer, int64_t token,
+                                      const SyntheticInit& init = {});
 
 }  // namespace osprey::model

@@ -96,26 +96,50 @@ TEST(synthetic, shards_are_numbered_from_zero_with_the_last_index_and_indexed) {
     EXPECT_EQ(w.checkpoint->files().size(), shards.size());
 }
 
-TEST(synthetic, router_bias_leaves_a_clear_gap_after_the_top_k) {
+TEST(synthetic, router_picks_the_class_experts_with_a_clear_gap_and_uses_every_expert) {
     ScratchDir dir("synth_router");
-    test::write_small(dir.path, Layout::hf);
+    const uint64_t seed = 4;
+    test::write_small(dir.path, Layout::hf, seed);
     const Weights w = Weights::load(dir.path);
+    const Config& c = w.config;
     const SyntheticInit init;
-    const int E = w.config.n_experts, k = w.config.top_k;
-    std::vector<int> first_choice;
-    for (const LayerWeights& L : w.layers) {
-        std::vector<float> b(static_cast<size_t>(E));
-        for (int e = 0; e < E; ++e) b[size_t(e)] = bf16_at(L.router_b, e);
-        first_choice.push_back(int(std::max_element(b.begin(), b.end()) - b.begin()));
-        std::sort(b.rbegin(), b.rend());
-        EXPECT_GT(b[size_t(k - 1)] - b[size_t(k)], 0.9f * init.router_gap);
-        // Token-dependent part: |W h| for an RMS-1 h stays far below the gap.
-        double sq = 0;
-        for (int64_t i = 0; i < L.router_w.numel(); ++i) sq += std::pow(bf16_at(L.router_w, i), 2);
-        const double row_norm = std::sqrt(sq / E);  // |row| = RMS logit noise for unit-RMS inputs
-        EXPECT_LT(row_norm, init.router_gap / 8);
-        EXPECT_GT(row_norm, 0.0);
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LayerWeights& L = w.layers[size_t(l)];
+        std::vector<int> used(static_cast<size_t>(c.n_experts));
+        std::vector<std::vector<int>> distinct_sets;
+        for (int64_t t = 0; t < c.vocab_size; t += 7) {
+            // Router logits of the unperturbed state: the normalised embedding row (entries ±1).
+            std::vector<std::pair<float, int>> logits;
+            for (int e = 0; e < c.n_experts; ++e) {
+                double s = bf16_at(L.router_b, e);
+                for (int j = 0; j < c.d_model; ++j)
+                    s += double(bf16_at(L.router_w, int64_t(e) * c.d_model + j)) *
+                         (bf16_at(w.embedding, t * c.d_model + j) / init.embed_scale);
+                logits.emplace_back(float(s), e);
+            }
+            std::sort(logits.rbegin(), logits.rend());
+            std::vector<int> top;
+            for (int i = 0; i < c.top_k; ++i) top.push_back(logits[size_t(i)].second);
+            std::sort(top.begin(), top.end());
+            ASSERT_EQ(top, synthetic_expert_set(c, seed, l, t)) << "layer " << l << " token " << t;
+            EXPECT_GT(logits[size_t(c.top_k - 1)].first - logits[size_t(c.top_k)].first,
+                      init.router_class_logit - 2 * init.router_bias_jitter - 1.0f)
+                << "layer " << l << " token " << t;
+            for (int e : top) used[size_t(e)]++;
+            if (std::find(distinct_sets.begin(), distinct_sets.end(), top) == distinct_sets.end()) distinct_sets.push_back(top);
+        }
+        for (int e = 0; e < c.n_experts; ++e) EXPECT_GT(used[size_t(e)], 0) << "expert " << e << " never routed to";
+        EXPECT_GE(distinct_sets.size(), 2u) << "routing does not depend on the token";
     }
+}
+
+TEST(synthetic, routing_spreads_over_all_experts_at_full_size) {
+    // 120b: 128 experts, top 4, 32 classes -> every expert is some class's choice in every layer.
+    const Config c = preset_config("120b");
+    std::vector<int> used(static_cast<size_t>(c.n_experts));
+    for (int64_t t = 0; t < 500; ++t)
+        for (int e : synthetic_expert_set(c, 1, 5, t)) used[size_t(e)]++;
+    for (int e = 0; e < c.n_experts; ++e) EXPECT_GT(used[size_t(e)], 0) << "expert " << e;
 }
 
 TEST(synthetic, unembedding_is_peaked_on_the_known_successor) {
