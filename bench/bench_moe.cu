@@ -68,7 +68,7 @@ void run_shape(const char* name, int n_experts) {
     const double w1_bytes = 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff;  // one expert: blocks+scales+bias
     const double w2_bytes = double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;
 
-    for (int n_tokens : {1, 8, 64, 256, 1024, 8192}) {
+    for (int n_tokens : {1, 8, 64, 128, 256, 1024, 8192}) {
         const int n_rows = n_tokens * kTopK;
         std::vector<Inputs> in(kInputs);
         double n_active = 0;

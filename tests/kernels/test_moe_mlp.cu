@@ -26,7 +26,7 @@ using cuda::MoeKernel;
 
 // Mirrors the tile constants of kernels/cuda/moe_mlp_mxfp4.cu.
 constexpr int kGemvRows = 8, kGemmRows = 128;  // routed rows per token tile
-constexpr int kGemvBM = 64, kGemmBM = 128;     // weight rows per block
+constexpr int kGemvBM = 32, kGemmBM = 128;     // weight rows per block
 constexpr int kBK = 64;                        // k per pipeline stage
 
 struct Shape {
@@ -48,9 +48,10 @@ struct Experts {
         // SwiGLU clamp (±7) for x in [-2, 2].
         : mlp1(s.n_experts, 2 * s.d_ff, s.d_model, seed, 116), mlp2(s.n_experts, s.d_model, s.d_ff, seed + 1, 116) {}
 };
+// Never destroyed: device memory must not be freed after the CUDA runtime has shut down at exit.
 Experts& experts_for(const Shape& s) {
-    static std::map<std::string, std::unique_ptr<Experts>> cache;
-    auto& p = cache[s.name];
+    static auto* cache = new std::map<std::string, std::unique_ptr<Experts>>;
+    auto& p = (*cache)[s.name];
     if (!p) p = std::make_unique<Experts>(s, mix64(fresh_seed()));
     return *p;
 }

@@ -18,6 +18,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/runtime.h"
@@ -25,30 +26,47 @@
 namespace osprey::cuda {
 namespace {
 
-constexpr int kBK = 64;                 // k per pipeline stage = two MXFP4 groups of 32
-constexpr int kWRowBytes = kBK / 2;     // packed FP4 bytes of one weight row per stage
-constexpr int kXRowBytes = kBK * 2;     // BF16 bytes of one activation row per stage
-constexpr int kGroupsPerStage = kBK / 32;
+constexpr int kBK = 64;                 // k per mma k-tile = two MXFP4 groups of 32
+constexpr int kGroupsPerTile = kBK / 32;
 // Decoded weights are FP4 · 2^(scale - 127 - 32) (kept inside BF16's normal range for scale bytes
 // 34..160); the accumulators are multiplied back by 2^32 in the epilogue (exact in FP32).
 constexpr float kUnscale = 4294967296.0f;  // 2^32
 constexpr int kScaleExponentBias = 127 - 33;  // BF16 exponent field of 2^(scale - 33)
 
-template <int kWarps_, int kBN_, int kStages_, int kMinBlocks_>
+// Warps are arranged kWarpsM x kWarpsN x kSplitK: a warp owns kMTiles m16 tiles of weight rows,
+// kBN / kWarpsN routed rows, and one k-tile of every pipeline stage (a stage holds kSplitK
+// consecutive k-tiles; split-K partial sums are added in shared memory at the end).
+template <int kWarpsM_, int kWarpsN_, int kSplitK_, int kMTiles_, int kBN_, int kStages_, int kMinBlocks_>
 struct Config {
-    static constexpr int kWarps = kWarps_;
+    static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kSplitK = kSplitK_, kMTiles = kMTiles_;
+    static constexpr int kWarps = kWarpsM * kWarpsN * kSplitK;
     static constexpr int kThreads = 32 * kWarps;
-    static constexpr int kBM = 16 * kWarps;   // weight rows per block
-    static constexpr int kBN = kBN_;          // routed rows per tile
-    static constexpr int kNTiles = kBN / 8;   // mma n-tiles per warp
+    static constexpr int kBM = 16 * kMTiles * kWarpsM;  // weight rows per block
+    static constexpr int kBN = kBN_;                    // routed rows per token tile
+    static constexpr int kNTiles = kBN / 8 / kWarpsN;   // mma n-tiles per warp
     static constexpr int kStages = kStages_;
     static constexpr int kMinBlocks = kMinBlocks_;
-    static constexpr int kWStageBytes = kBM * kWRowBytes;
-    static constexpr int kStageBytes = kWStageBytes + kBN * kXRowBytes;
-    static_assert(kThreads == 2 * kBM, "one 16-byte weight chunk per thread per stage");
+    static constexpr int kWChunks = 2 * kSplitK;        // 16-byte chunks of one weight row per stage
+    static constexpr int kXChunks = 8 * kSplitK;        // 16-byte chunks of one activation row per stage
+    static constexpr int kWStageBytes = kBM * kWChunks * 16;
+    static constexpr int kStageBytes = kWStageBytes + kBN * kXChunks * 16;
+    static_assert(kBN % (8 * kWarpsN) == 0);
+    static_assert(kWChunks == 2 || kWChunks == 4 || kWChunks == 8, "weight swizzle below");
 };
-using GemvConfig = Config<4, 8, 8, 8>;
-using GemmConfig = Config<8, 128, 4, 2>;
+// Decode: 8 routed rows, 32 weight rows per block, K split 4 ways: many warps in flight per SM, each
+// with a short dependency chain, so that the weight stream is not limited by latency.
+// (A build may override either list with -DOSPREY_MOE_GEMV_CONFIG=... / -DOSPREY_MOE_GEMM_CONFIG=...
+// to measure other tilings with bench/bench_moe.cu and the tests; the defaults are the measured best.)
+#ifndef OSPREY_MOE_GEMV_CONFIG
+#define OSPREY_MOE_GEMV_CONFIG 2, 1, 4, 1, 8, 4, 4
+#endif
+using GemvConfig = Config<OSPREY_MOE_GEMV_CONFIG>;
+// Prefill: 128 x 128 tiles, warps of 32 weight rows x 64 routed rows (shared-memory traffic for the
+// activations halves against 16-row warps; each weight is decoded by the 2 warps that share it).
+#ifndef OSPREY_MOE_GEMM_CONFIG
+#define OSPREY_MOE_GEMM_CONFIG 4, 2, 1, 2, 128, 4, 2
+#endif
+using GemmConfig = Config<OSPREY_MOE_GEMM_CONFIG>;
 
 enum class Proj { mlp1, mlp2 };
 
@@ -74,7 +92,7 @@ __device__ inline void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
-__device__ inline void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+__device__ inline void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                 uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -102,11 +120,19 @@ __device__ inline void decode_fp4x8(uint32_t w, uint32_t scale2, uint32_t (&r)[4
     }
 }
 
-// Swizzled offsets inside one stage. Weight row r keeps its two 16-byte groups swapped when bit 2
-// of r is set, activation row r its 16-byte chunks XOR 4 when r is odd: the fragment loads below
-// then hit 32 distinct banks (weights) or are conflict-free per quarter warp (activations).
-__device__ inline int w_offset(int r, int h) { return r * kWRowBytes + ((h ^ ((r >> 2) & 1)) << 4); }
-__device__ inline int x_offset(int r, int chunk) { return r * kXRowBytes + ((chunk ^ ((r & 1) << 2)) << 4); }
+// Swizzled byte offsets inside one stage, so that the fragment loads below are free of bank
+// conflicts: the 16-byte chunks of weight row r are permuted by r (rows of 2 chunks: swap when bit
+// 2 of r is set; 4 chunks: XOR bits 1-2 of r; 8 chunks: XOR r mod 8), and those of activation row r
+// XOR 4 when r is odd.
+template <class Cfg>
+__device__ inline int w_offset(int r, int chunk) {
+    const int swz = Cfg::kWChunks == 2 ? (r >> 2) & 1 : Cfg::kWChunks == 4 ? (r >> 1) & 3 : r & 7;
+    return (r * Cfg::kWChunks + (chunk ^ swz)) * 16;
+}
+template <class Cfg>
+__device__ inline int x_offset(int r, int chunk) {
+    return (r * Cfg::kXChunks + (chunk ^ ((r & 1) << 2))) * 16;
+}
 
 // Finds this block's token tile: the blockIdx.x-th tile when each expert's rows are cut into tiles
 // of kBN, experts in order. Returns false for blocks past the last tile.
@@ -168,8 +194,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_mlp_mxfp4_
     __syncthreads();
 
     uint8_t* scales_s = smem + Cfg::kStages * Cfg::kStageBytes;  // [kBM, n_groups]
-    const int n_k = a.n_in / kBK;
-    const size_t row_base = size_t(e) * a.n_out + f0;  // expert e's row f0 in [n_experts * n_out]
+    const int n_kt = a.n_in / kBK;                                // k-tiles
+    const int n_stages_k = (n_kt + Cfg::kSplitK - 1) / Cfg::kSplitK;
+    const size_t row_base = size_t(e) * a.n_out + f0;             // expert e's row f0 in [n_experts * n_out]
 
     // Scale panel of the block's rows: contiguous, 16-byte aligned (rows come in 16s).
     {
@@ -179,110 +206,189 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_mlp_mxfp4_
             cp_async16(scales_s + i * 16, i * 16 < valid_bytes ? src + i * 16 : a.scales, i * 16 < valid_bytes);
     }
 
-    auto load_stage = [&](int stage, int kt) {
+    // Per-thread copy assignments, fixed for the whole k-loop: source offsets of k-stage 0 (32-bit:
+    // the wrapper checks the sizes) and shared-memory destinations; a stage adds a constant stride.
+    constexpr int kWIters = Cfg::kBM * Cfg::kWChunks / Cfg::kThreads;
+    constexpr int kXTotal = Cfg::kBN * Cfg::kXChunks;  // activation chunks per stage
+    constexpr int kXIters = (kXTotal + Cfg::kThreads - 1) / Cfg::kThreads;
+    static_assert(kWIters * Cfg::kThreads == Cfg::kBM * Cfg::kWChunks);
+    // kThreads is a multiple of the chunks per row, so a thread copies the same chunk of rows
+    // r0, r0 + kThreads / chunks, ...: chunk, k-tile and swizzle are the same for all its copies.
+    static_assert(Cfg::kThreads % Cfg::kWChunks == 0 && Cfg::kThreads % Cfg::kXChunks == 0);
+    const bool x_copies = kXTotal % Cfg::kThreads == 0 || tid < kXTotal % Cfg::kThreads;  // last round
+    constexpr uint32_t kInvalid = 0xffffffffu;
+    const int w_chunk = tid % Cfg::kWChunks, w_r0 = tid / Cfg::kWChunks, w_kt = w_chunk / 2;
+    const int x_chunk = tid % Cfg::kXChunks, x_r0 = tid / Cfg::kXChunks, x_kt = x_chunk / 8;
+    const int w_dst = w_offset<Cfg>(w_r0, w_chunk), x_dst = x_offset<Cfg>(x_r0, x_chunk);
+    uint32_t w_src[kWIters], x_src[kXIters];  // bytes into a.blocks / elements into a.x, or kInvalid
+#pragma unroll
+    for (int it = 0; it < kWIters; ++it) {
+        const int r = w_r0 + it * (Cfg::kThreads / Cfg::kWChunks);
+        w_src[it] = f0 + r < a.n_out ? uint32_t(((row_base + r) * a.n_groups + w_chunk) * 16) : kInvalid;
+    }
+#pragma unroll
+    for (int it = 0; it < kXIters; ++it) {
+        const int r = x_r0 + it * (Cfg::kThreads / Cfg::kXChunks);
+        const int src_row = r >= Cfg::kBN ? -1 : kProj == Proj::mlp1 ? s_rows[r] : (r < n_rows ? row0 + r : -1);
+        x_src[it] = src_row >= 0 ? uint32_t(src_row) * uint32_t(a.n_in) + uint32_t(x_kt * kBK + x_chunk % 8 * 8) : kInvalid;
+    }
+    auto load_stage = [&](int stage, int ks) {
         uint8_t* ws = smem + stage * Cfg::kStageBytes;
         uint8_t* xs = ws + Cfg::kWStageBytes;
-        {  // weights: one 16-byte group per thread
-            const int r = tid / 2, h = tid % 2;
-            const bool valid = f0 + r < a.n_out;
-            const uint8_t* src = a.blocks + ((row_base + r) * a.n_groups + kt * kGroupsPerStage + h) * 16;
-            cp_async16(ws + w_offset(r, h), valid ? src : a.blocks, valid);
+        const int kt0 = ks * Cfg::kSplitK;
+        const bool w_kt_ok = kt0 + w_kt < n_kt, x_kt_ok = kt0 + x_kt < n_kt;
+#pragma unroll
+        for (int it = 0; it < kWIters; ++it) {
+            const bool valid = w_kt_ok && w_src[it] != kInvalid;
+            cp_async16(ws + w_dst + it * (Cfg::kThreads / Cfg::kWChunks) * Cfg::kWChunks * 16,
+                       a.blocks + (valid ? w_src[it] + uint32_t(kt0) * (kGroupsPerTile * 16) : 0u), valid);
         }
-        for (int i = tid; i < Cfg::kBN * 8; i += Cfg::kThreads) {  // activations: 8 chunks per row
-            const int r = i / 8, chunk = i % 8;
-            const int src_row = kProj == Proj::mlp1 ? s_rows[r] : (r < n_rows ? row0 + r : -1);
-            const bool valid = src_row >= 0;
-            const __nv_bfloat16* src = a.x + size_t(valid ? src_row : 0) * a.n_in + kt * kBK + chunk * 8;
-            cp_async16(xs + x_offset(r, chunk), src, valid);
+#pragma unroll
+        for (int it = 0; it < kXIters; ++it) {
+            if (it == kXIters - 1 && !x_copies) break;
+            const bool valid = x_kt_ok && x_src[it] != kInvalid;
+            cp_async16(xs + x_dst + it * (Cfg::kThreads / Cfg::kXChunks) * Cfg::kXChunks * 16,
+                       a.x + (valid ? x_src[it] + uint32_t(kt0) * kBK : 0u), valid);
         }
     };
 
 #pragma unroll
     for (int s = 0; s < Cfg::kStages - 1; ++s) {
-        if (s < n_k) load_stage(s, s);
+        if (s < n_stages_k) load_stage(s, s);
         cp_async_commit();
     }
 
     const int lane = tid % 32, warp = tid / 32;
     const int g = lane / 4, c = lane % 4;
-    const int ra = warp * 16 + g, rb = ra + 8;  // this thread's two weight rows (block-local)
-    const bool warp_active = f0 + warp * 16 < a.n_out;
-    float acc[Cfg::kNTiles][4] = {};
+    const int wm = warp % Cfg::kWarpsM;                          // weight-row slice
+    const int wn = warp / Cfg::kWarpsM % Cfg::kWarpsN;           // routed-row slice
+    const int ws_k = warp / (Cfg::kWarpsM * Cfg::kWarpsN);       // k-tile inside each stage
+    const int r_warp = wm * 16 * Cfg::kMTiles;                   // first block-local weight row of the warp
+    const int n_warp = wn * 8 * Cfg::kNTiles;                    // first tile row of the warp
+    const bool warp_active = f0 + r_warp < a.n_out;              // n_out % 32 == 0: a warp's rows are all valid or none
+    float acc[Cfg::kMTiles][Cfg::kNTiles][4] = {};
 
-    for (int kt = 0; kt < n_k; ++kt) {
+    // Loop-invariant fragment addresses inside a stage. Row swizzles depend on g only (warp row
+    // bases are multiples of 16, tile rows multiples of 8), so m-tiles, the rb half and n-tiles are
+    // compile-time strides from these.
+    int a_off[kGroupsPerTile], b_off[kGroupsPerTile];
+#pragma unroll
+    for (int h = 0; h < kGroupsPerTile; ++h) {
+        a_off[h] = w_offset<Cfg>(r_warp + g, ws_k * 2 + h) + 4 * c;
+        b_off[h] = Cfg::kWStageBytes + x_offset<Cfg>(n_warp + g, ws_k * 8 + 4 * h + c);
+    }
+    constexpr int kARowStride = Cfg::kWChunks * 16;   // bytes between weight rows
+    constexpr int kBRowStride = Cfg::kXChunks * 16;   // bytes between activation rows
+    const int sc_off = (r_warp + g) * a.n_groups;     // scale of row ra, group 0
+
+    // One pipeline step: wait for stage ks, prefetch stage ks + kStages - 1, compute on stage ks.
+    // kStage = ks % kStages is a template constant so that all shared-memory offsets fold.
+    auto step = [&]<int kStage>(int ks) {
         cp_async_wait<Cfg::kStages - 2>();
         __syncthreads();
-        {
-            const int pf = kt + Cfg::kStages - 1;
-            if (pf < n_k) load_stage(pf % Cfg::kStages, pf);
-            cp_async_commit();
-        }
-        if (!warp_active) continue;
-        const uint8_t* ws = smem + (kt % Cfg::kStages) * Cfg::kStageBytes;
-        const uint8_t* xs = ws + Cfg::kWStageBytes;
+        if (ks + Cfg::kStages - 1 < n_stages_k) load_stage((kStage + Cfg::kStages - 1) % Cfg::kStages, ks + Cfg::kStages - 1);
+        cp_async_commit();
+        const int kt = ks * Cfg::kSplitK + ws_k;
+        if (!warp_active || kt >= n_kt) return;
+        const uint8_t* stage = smem + kStage * Cfg::kStageBytes;
 #pragma unroll
-        for (int h = 0; h < kGroupsPerStage; ++h) {
-            const int grp = kt * kGroupsPerStage + h;
-            const uint32_t sa = (uint32_t(scales_s[ra * a.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
-            const uint32_t sb = (uint32_t(scales_s[rb * a.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
-            uint32_t wa[4], wb[4];
-            decode_fp4x8(*reinterpret_cast<const uint32_t*>(ws + w_offset(ra, h) + 4 * c), sa, wa);
-            decode_fp4x8(*reinterpret_cast<const uint32_t*>(ws + w_offset(rb, h) + 4 * c), sb, wb);
+        for (int h = 0; h < kGroupsPerTile; ++h) {
+            const int grp = kt * kGroupsPerTile + h;
+            uint32_t wa[Cfg::kMTiles][4], wb[Cfg::kMTiles][4];
+#pragma unroll
+            for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+                const uint32_t sa = (uint32_t(scales_s[sc_off + 16 * mt * a.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                const uint32_t sb = (uint32_t(scales_s[sc_off + (16 * mt + 8) * a.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                decode_fp4x8(*reinterpret_cast<const uint32_t*>(stage + a_off[h] + 16 * mt * kARowStride), sa, wa[mt]);
+                decode_fp4x8(*reinterpret_cast<const uint32_t*>(stage + a_off[h] + (16 * mt + 8) * kARowStride), sb, wb[mt]);
+            }
 #pragma unroll
             for (int j = 0; j < Cfg::kNTiles; ++j) {
-                // Elements 8c..8c+7 of group h of routed row 8j + g.
-                const uint4 xv = *reinterpret_cast<const uint4*>(xs + x_offset(8 * j + g, 4 * h + c));
-                uint32_t b[4];
+                // Elements 8c..8c+7 of group h of routed row n_warp + 8j + g.
+                const uint4 xv = *reinterpret_cast<const uint4*>(stage + b_off[h] + 8 * j * kBRowStride);
+                uint32_t bf[4];
                 if constexpr (kProj == Proj::mlp1) {  // natural order: pair (i, i + 4)
-                    b[0] = __byte_perm(xv.x, xv.z, 0x5410), b[1] = __byte_perm(xv.x, xv.z, 0x7632);
-                    b[2] = __byte_perm(xv.y, xv.w, 0x5410), b[3] = __byte_perm(xv.y, xv.w, 0x7632);
+                    bf[0] = __byte_perm(xv.x, xv.z, 0x5410), bf[1] = __byte_perm(xv.x, xv.z, 0x7632);
+                    bf[2] = __byte_perm(xv.y, xv.w, 0x5410), bf[3] = __byte_perm(xv.y, xv.w, 0x7632);
                 } else {  // u is stored pre-paired
-                    b[0] = xv.x, b[1] = xv.y, b[2] = xv.z, b[3] = xv.w;
+                    bf[0] = xv.x, bf[1] = xv.y, bf[2] = xv.z, bf[3] = xv.w;
                 }
-                mma_bf16(acc[j], wa[0], wb[0], wa[1], wb[1], b[0], b[1]);
-                mma_bf16(acc[j], wa[2], wb[2], wa[3], wb[3], b[2], b[3]);
+#pragma unroll
+                for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+                    mma_bf16(acc[mt][j], wa[mt][0], wb[mt][0], wa[mt][1], wb[mt][1], bf[0], bf[1]);
+                    mma_bf16(acc[mt][j], wa[mt][2], wb[mt][2], wa[mt][3], wb[mt][3], bf[2], bf[3]);
+                }
             }
         }
+    };
+    for (int ks0 = 0; ks0 < n_stages_k; ks0 += Cfg::kStages) {
+        [&]<int... kStage>(std::integer_sequence<int, kStage...>) {
+            ((ks0 + kStage < n_stages_k ? (step.template operator()<kStage>(ks0 + kStage), 0) : 0), ...);
+        }(std::make_integer_sequence<int, Cfg::kStages>{});
     }
     cp_async_wait<0>();
+
+    if constexpr (Cfg::kSplitK > 1) {  // add the split-K partial sums: warps with ws_k > 0 hand theirs over
+        __syncthreads();  // every warp is done with the pipeline's shared memory
+        constexpr int kAccPerThread = Cfg::kMTiles * Cfg::kNTiles * 4;
+        float* red = reinterpret_cast<float*>(smem);  // [kSplitK - 1, kWarpsM * kWarpsN, kAccPerThread, 32]
+        const int slice = warp % (Cfg::kWarpsM * Cfg::kWarpsN);
+        float* flat = &acc[0][0][0];
+        if (ws_k > 0) {
+#pragma unroll
+            for (int i = 0; i < kAccPerThread; ++i)
+                red[(((ws_k - 1) * Cfg::kWarpsM * Cfg::kWarpsN + slice) * kAccPerThread + i) * 32 + lane] = flat[i];
+        }
+        __syncthreads();
+        if (ws_k > 0) return;
+        for (int s = 1; s < Cfg::kSplitK; ++s)  // in k order: deterministic
+#pragma unroll
+            for (int i = 0; i < kAccPerThread; ++i)
+                flat[i] += red[(((s - 1) * Cfg::kWarpsM * Cfg::kWarpsN + slice) * kAccPerThread + i) * 32 + lane];
+    }
     if (!warp_active) return;
 
-    // Epilogue. acc[j] = rows (ra, rb) x routed rows 8j + 2c, 8j + 2c + 1.
-    const int fa = f0 + ra, fb = f0 + rb;  // global weight rows
-    const float bias_a = __bfloat162float(a.bias[size_t(e) * a.n_out + fa]);
-    const float bias_b = __bfloat162float(a.bias[size_t(e) * a.n_out + fb]);
-    if constexpr (kProj == Proj::mlp1) {
-        // Rows 2j (gate) and 2j + 1 (up) of unit j sit in lanes 4 apart: the even lane keeps
-        // routed row 2c, the odd lane 2c + 1, after swapping the other half with its partner.
-        const bool even = (g & 1) == 0;
-        const int d_ff = a.n_out / 2;
-        __nv_bfloat16* u = static_cast<__nv_bfloat16*>(a.out);
+    // Epilogue. acc[mt][j] = weight rows (ra, rb) of m-tile mt x tile rows n_warp + 8j + 2c, + 1.
 #pragma unroll
-        for (int j = 0; j < Cfg::kNTiles; ++j) {
-            const float va0 = acc[j][0] * kUnscale + bias_a, va1 = acc[j][1] * kUnscale + bias_a;
-            const float vb0 = acc[j][2] * kUnscale + bias_b, vb1 = acc[j][3] * kUnscale + bias_b;
-            const float ra_other = __shfl_xor_sync(0xffffffffu, even ? va1 : va0, 4);
-            const float rb_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
-            const int n = 8 * j + 2 * c + (even ? 0 : 1);
-            if (n < n_rows) {
-                const float out_a = even ? swiglu(va0, ra_other, a.alpha, a.limit) : swiglu(ra_other, va1, a.alpha, a.limit);
-                const float out_b = even ? swiglu(vb0, rb_other, a.alpha, a.limit) : swiglu(rb_other, vb1, a.alpha, a.limit);
-                __nv_bfloat16* row = u + size_t(row0 + n) * d_ff;
-                row[moe_u_column(fa >> 1)] = __float2bfloat16_rn(out_a);
-                row[moe_u_column(fb >> 1)] = __float2bfloat16_rn(out_b);
-            }
-        }
-    } else {
-        float* y = static_cast<float*>(a.out);
+    for (int mt = 0; mt < Cfg::kMTiles; ++mt) {
+        const int fa = f0 + r_warp + 16 * mt + g, fb = fa + 8;  // global weight rows
+        if (fa >= a.n_out) break;
+        const float bias_a = __bfloat162float(a.bias[size_t(e) * a.n_out + fa]);
+        const float bias_b = __bfloat162float(a.bias[size_t(e) * a.n_out + fb]);
+        if constexpr (kProj == Proj::mlp1) {
+            // Rows 2j (gate) and 2j + 1 (up) of unit j sit in lanes 4 apart: the even lane keeps
+            // routed row 2c, the odd lane 2c + 1, after swapping the other half with its partner.
+            const bool even = (g & 1) == 0;
+            const int d_ff = a.n_out / 2;
+            __nv_bfloat16* u = static_cast<__nv_bfloat16*>(a.out);
 #pragma unroll
-        for (int j = 0; j < Cfg::kNTiles; ++j) {
-#pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                const int n = 8 * j + 2 * c + k;
+            for (int j = 0; j < Cfg::kNTiles; ++j) {
+                const float* v = acc[mt][j];
+                const float va0 = v[0] * kUnscale + bias_a, va1 = v[1] * kUnscale + bias_a;
+                const float vb0 = v[2] * kUnscale + bias_b, vb1 = v[3] * kUnscale + bias_b;
+                const float a_other = __shfl_xor_sync(0xffffffffu, even ? va1 : va0, 4);
+                const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
+                const int n = n_warp + 8 * j + 2 * c + (even ? 0 : 1);
                 if (n < n_rows) {
-                    float* row = y + size_t(s_rows[n]) * a.n_out;
-                    row[fa] = acc[j][k] * kUnscale + bias_a;
-                    row[fb] = acc[j][2 + k] * kUnscale + bias_b;
+                    const float out_a = even ? swiglu(va0, a_other, a.alpha, a.limit) : swiglu(a_other, va1, a.alpha, a.limit);
+                    const float out_b = even ? swiglu(vb0, b_other, a.alpha, a.limit) : swiglu(b_other, vb1, a.alpha, a.limit);
+                    __nv_bfloat16* row = u + size_t(row0 + n) * d_ff;
+                    row[moe_u_column(fa >> 1)] = __float2bfloat16_rn(out_a);
+                    row[moe_u_column(fb >> 1)] = __float2bfloat16_rn(out_b);
+                }
+            }
+        } else {
+            float* y = static_cast<float*>(a.out);
+#pragma unroll
+            for (int j = 0; j < Cfg::kNTiles; ++j) {
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {
+                    const int n = n_warp + 8 * j + 2 * c + k;
+                    if (n < n_rows) {
+                        float* row = y + size_t(s_rows[n]) * a.n_out;
+                        row[fa] = acc[mt][j][k] * kUnscale + bias_a;
+                        row[fb] = acc[mt][j][2 + k] * kUnscale + bias_b;
+                    }
                 }
             }
         }
@@ -316,9 +422,14 @@ void check_common(const char* what, const Mxfp4Experts& w, const int32_t* offset
     OSPREY_CHECK(n_experts > 0 && top_k > 0 && top_k <= n_experts, what, ": n_experts = ", n_experts,
                  ", top_k = ", top_k);
     OSPREY_CHECK(n_in > 0 && n_in % kBK == 0, what, ": input width ", n_in, " must be a positive multiple of ", kBK);
-    OSPREY_CHECK(n_out > 0 && n_out % 16 == 0, what, ": output width ", n_out, " must be a positive multiple of 16");
+    OSPREY_CHECK(n_out > 0 && n_out % 32 == 0, what, ": output width ", n_out, " must be a positive multiple of 32");
     OSPREY_CHECK(w.blocks && w.scales && w.bias && offsets && sorted_rows, what, ": null pointer");
     OSPREY_CHECK(aligned16(w.blocks) && aligned16(w.scales), what, ": weight blocks and scales must be 16-byte aligned");
+    // The kernels address weights (bytes) and activations (elements) with 32-bit offsets.
+    OSPREY_CHECK(int64_t(n_experts) * n_out * (n_in / 2) < (int64_t(1) << 32) &&
+                     int64_t(n_tokens) * top_k * std::max(n_in, n_out) < (int64_t(1) << 31),
+                 what, ": ", n_experts, " experts of ", n_out, " x ", n_in, " with ", n_tokens,
+                 " tokens exceed 32-bit offsets");
 }
 
 }  // namespace

@@ -15,10 +15,11 @@
 //
 // Both projections run on tensor cores (mma.sync m16n8k16, BF16 in, FP32 accumulate) with the
 // weight rows as the M dimension and the routed rows of one expert as N, in two configurations:
-//   gemv: 8 routed rows per tile, 64 weight rows per block. For decode and small batches, where the
-//         step is bound by streaming each active expert's weights (4.25 bits/weight) once.
-//   gemm: 128 routed rows per tile, 128 weight rows per block. For prefill-sized batches, where
-//         the tensor cores are the limit.
+//   gemv: 8 routed rows per tile, 32 weight rows per block, K split over 4 warps. For decode and
+//         small batches, where the step is bound by streaming each active expert's weights
+//         (4.25 bits/weight) once.
+//   gemm: 128 routed rows x 128 weight rows per block. For prefill-sized batches, where the tensor
+//         cores are the limit.
 // moe_choose_kernel() picks one from the batch shape (documented there); tests force each.
 //
 // Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
@@ -44,10 +45,11 @@ struct Mxfp4Experts {
 enum class MoeKernel { automatic, gemv, gemm };
 
 // The gemv configuration while the batch gives at most kMoeGemvMaxRowsPerExpert routed rows per
-// expert on average (n_tokens * top_k / n_experts), the gemm one above. At that point a gemm tile
-// (128 rows) would be mostly padding, and the gemv tiles of one expert (8 rows each) read the same
-// weights back to back, so the repeats hit L2. 20b: gemv up to 256 tokens; 120b: up to 1024.
-inline constexpr int kMoeGemvMaxRowsPerExpert = 32;
+// expert on average (n_tokens * top_k / n_experts), the gemm one above: measured on the H200
+// (bench/bench_moe.cu), gemv wins clearly at 8 rows per expert and loses at 32, where each expert's
+// weights are decoded once per 8-row tile while a gemm tile takes all rows at once.
+// 20b: gemv up to 128 tokens; 120b: up to 512.
+inline constexpr int kMoeGemvMaxRowsPerExpert = 16;
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
 
 // Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units
