@@ -1,0 +1,86 @@
+// `osprey generate --batch N` (see generate_batch.h). Registers no command of its own.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/generate_batch.h"
+#include "core/check.h"
+#include "engine/engine.h"
+
+namespace osprey::cli {
+
+int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt,
+                       int max_tokens, bool stop_at_eos, const tok::Tokenizer* tokenizer) {
+    const long long n = args.get_int("batch", 1);
+    OSPREY_CHECK(n >= 1 && n <= 100000, "--batch must be in [1, 100000], got ", n);
+    engine::EngineOptions o;
+    o.kv_memory_fraction = args.get_double("kv-memory-fraction", o.kv_memory_fraction);
+    o.max_batch_tokens = int(args.get_int("max-batch-tokens", o.max_batch_tokens));
+    o.max_num_seqs = int(args.get_int("max-num-seqs", std::min<long long>(n, 256)));
+    o.page_size = int(args.get_int("page-size", o.page_size));
+    OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
+    const double temperature = args.get_double("temperature", 0.0);
+    const long long seed = args.get_int("seed", 0);
+
+    engine::Engine eng(runner, o);
+    const engine::KvPlan& kv = eng.kv_plan();
+    std::printf("engine: %s, KV cache %d pages x %d tokens = %lld tokens, %d window slots; window slots save %.1f MiB\n",
+                runner.name().c_str(), kv.layout.n_pages, kv.layout.page_size,
+                (long long)kv.layout.n_pages * kv.layout.page_size, kv.layout.n_window_slots,
+                double(kv.window_saved_bytes) / (1024.0 * 1024.0));
+
+    const int vocab = runner.config().vocab_size;
+    std::vector<std::shared_ptr<engine::RequestStream>> streams;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long long i = 0; i < n; ++i) {
+        engine::Request r;
+        r.id = str("gen-", i);
+        r.prompt = prompt;
+        r.prompt.push_back(int32_t((uint64_t(i) * 7919u + 17u) % uint64_t(vocab)));
+        r.max_new_tokens = max_tokens;
+        r.sampling.temperature = float(temperature);
+        r.sampling.seed = uint64_t(seed) + uint64_t(i);
+        if (stop_at_eos) r.stop_token_ids = {runner.config().eos_token_id};
+        streams.push_back(eng.submit(std::move(r)));
+    }
+    std::vector<double> first_token_s(size_t(n), -1.0);
+    std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(n));
+    long long n_generated = 0;
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    int n_errors = 0;
+    for (bool more = true; more;) {
+        more = eng.step();
+        for (size_t i = 0; i < streams.size(); ++i) {
+            while (auto e = streams[i]->try_pop()) {
+                if (e->kind == engine::Event::Kind::token) {
+                    if (first_token_s[i] < 0) first_token_s[i] = elapsed();
+                    outputs[i].push_back(e->token);
+                    ++n_generated;
+                } else if (e->reason == engine::FinishReason::error) {
+                    ++n_errors;
+                    std::fprintf(stderr, "request %zu failed: %s\n", i, e->error.c_str());
+                }
+            }
+        }
+    }
+    const double wall = elapsed();
+    for (size_t i = 0; i < outputs.size() && i < 4; ++i) {
+        std::printf("request %zu:", i);
+        for (size_t t = 0; t < outputs[i].size(); ++t) std::printf("%s%d", t ? "," : " ", outputs[i][t]);
+        std::printf("\n");
+        if (tokenizer) std::printf("  text: %s\n", tokenizer->decode_bytes(outputs[i]).c_str());
+    }
+    if (outputs.size() > 4) std::printf("... (%zu more)\n", outputs.size() - 4);
+    double ttft = 0;
+    for (double t : first_token_s) ttft += t > 0 ? t : 0;
+    const engine::EngineStats st = eng.stats();
+    std::printf("batch: %lld requests, %zu prompt tokens each, %lld tokens generated in %.3f s\n", n,
+                prompt.size() + 1, n_generated, wall);
+    std::printf("throughput: %.1f generated tokens/s, %.2f requests/s, mean time to first token %.3f s\n",
+                double(n_generated) / wall, double(n) / wall, ttft / double(n));
+    std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu preemptions\n",
+                (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
+                (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_preemptions);
+    return n_errors == 0 ? 0 : 1;
+}
+
+}  // namespace osprey::cli

@@ -1,0 +1,28 @@
+// `osprey generate --batch N`: the same command's prompt run as N requests at once through the
+// engine (continuous batching, paged KV, prefix cache), printing throughput. Lives apart from
+// cmd_generate.cpp so that the single-sequence path stays a plain loop.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "cli/command.h"
+#include "model/runner.h"
+#include "tokenizer/tokenizer.h"
+
+namespace osprey::cli {
+
+// Flags this adds to `osprey generate` (value flags).
+inline const std::vector<std::string>& generate_batch_flags() {
+    static const std::vector<std::string> flags = {"batch",          "kv-memory-fraction", "max-batch-tokens",
+                                                   "max-num-seqs",   "page-size",          "temperature",
+                                                   "seed"};
+    return flags;
+}
+
+// Request i's prompt is `prompt` followed by one token that differs per request, so outputs
+// differ while the common prefix is shared through the prefix cache. Greedy unless --temperature.
+int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt,
+                       int max_tokens, bool stop_at_eos, const tok::Tokenizer* tokenizer);
+
+}  // namespace osprey::cli
