@@ -16,7 +16,8 @@ constexpr const char* kHelp =
     "generation_config.json, model-0000k-of-0000N.safetensors + model.safetensors.index.json\n"
     "(--layout hf, default), or original/{config.json,dtypes.json,model.safetensors} (--layout original).\n"
     "Experts are MXFP4, everything else BF16. --tokenizer-file (or env OSPREY_TIKTOKEN_FILE) is copied\n"
-    "into DIR as o200k_base.tiktoken. Defaults: preset tiny, seed 0, shards of at most 4800 MB.\n";
+    "into DIR as o200k_base.tiktoken. Defaults: preset tiny, seed 0, shards of at most 4800 MB.\n"
+    "Files of an earlier run in DIR are overwritten; stale model-*-of-*.safetensors shards are removed.\n";
 
 int run_make_model(const std::vector<std::string>& argv) {
     using namespace osprey;

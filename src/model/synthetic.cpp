@@ -340,12 +340,19 @@ void fill_bytes(const Generator& g, const Config& c, const Planned& p, uint64_t 
         Role role = p.role;
         uint64_t idx = e;
         if (role == Role::qkv_w || role == Role::qkv_b) {  // fused rows -> the q/k/v streams
-            const uint64_t row = role == Role::qkv_w ? e / H : e, col = role == Role::qkv_w ? e % H : 0;
-            const uint64_t width = role == Role::qkv_w ? H : 1;
             const bool w = role == Role::qkv_w;
-            if (row < Q) role = w ? Role::q_w : Role::q_b, idx = row * width + col;
-            else if (row < Q + K) role = w ? Role::k_w : Role::k_b, idx = (row - Q) * width + col;
-            else role = w ? Role::v_w : Role::v_b, idx = (row - Q - K) * width + col;
+            const uint64_t width = w ? H : 1;  // a weight row has H elements, a bias row one
+            const uint64_t row = e / width, col = e % width;
+            if (row < Q) {
+                role = w ? Role::q_w : Role::q_b;
+                idx = row * width + col;
+            } else if (row < Q + K) {
+                role = w ? Role::k_w : Role::k_b;
+                idx = (row - Q) * width + col;
+            } else {
+                role = w ? Role::v_w : Role::v_b;
+                idx = (row - Q - K) * width + col;
+            }
         }
         return float_to_bf16(g.value(role, p.layer, idx)).bits;
     };
@@ -477,6 +484,15 @@ SyntheticResult write_synthetic_checkpoint(const Config& config, const Synthetic
     result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     if (o.layout == Layout::hf) {
+        // Shards of an earlier, differently sharded run in the same folder would confuse loaders that
+        // glob *.safetensors: remove model-*-of-*.safetensors files that are not part of this checkpoint.
+        for (const auto& f : fs::directory_iterator(dir)) {
+            const std::string n = f.path().filename().string();
+            const bool ours = std::find(result.files.begin(), result.files.end(), f.path()) != result.files.end();
+            if (!ours && n.rfind("model-", 0) == 0 && n.find("-of-") != std::string::npos &&
+                f.path().extension() == ".safetensors")
+                fs::remove(f.path());
+        }
         std::sort(entries.begin(), entries.end());
         for (const auto& [name, file] : entries) weight_map.set(name, file);
         json::Value index{json::Object{}};

@@ -94,6 +94,14 @@ TEST(synthetic, shards_are_numbered_from_zero_with_the_last_index_and_indexed) {
     EXPECT_EQ(uint64_t(index.at("metadata").at("total_size").as_int()), w.total_bytes());
     EXPECT_EQ(index.at("weight_map").size(), w.n_tensors());
     EXPECT_EQ(w.checkpoint->files().size(), shards.size());
+
+    // Rewriting the folder with fewer shards leaves no stale shard behind.
+    test::write_small(dir.path, Layout::hf, 1);
+    size_t n_files = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path)) n_files += f.path().extension() == ".safetensors";
+    EXPECT_EQ(n_files, 1u);
+    std::filesystem::remove(dir / "model.safetensors.index.json");  // the *.safetensors glob sees one model too
+    EXPECT_EQ(Weights::load(dir.path).checkpoint->files().size(), 1u);
 }
 
 TEST(synthetic, router_picks_the_class_experts_with_a_clear_gap_and_uses_every_expert) {
