@@ -96,7 +96,8 @@ Tokenizer Tokenizer::from_model_dir(const std::filesystem::path& dir) {
         if (std::filesystem::is_regular_file(p, ec)) return from_file(p);
         tried += "\n  " + p.string();
     }
-    OSPREY_FAIL("no tokenizer found for model folder '", dir.string(), "'; looked for:", tried,
+    OSPREY_FAIL("no tokenizer found", dir.empty() ? std::string() : " for model folder '" + dir.string() + "'",
+                "; looked for:", tried,
                 "\n(set OSPREY_TIKTOKEN_FILE or run scripts/install_tiny_tokenizer.sh)");
 }
 
