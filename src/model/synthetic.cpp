@@ -408,6 +408,13 @@ Config preset_config(std::string_view preset) {
     OSPREY_FAIL("unknown preset '", preset, "' (available: ", names, ")");
 }
 
+std::vector<io::TensorSpec> checkpoint_tensor_specs(const Config& config, Layout layout) {
+    config.validate();
+    std::vector<io::TensorSpec> out;
+    for (const Planned& p : plan_tensors(config, layout)) out.push_back(p.spec);
+    return out;
+}
+
 int64_t synthetic_next_token(const Config& config, uint64_t seed, int64_t token) {
     OSPREY_CHECK(token >= 0 && token < config.vocab_size, "token ", token, " outside the vocabulary");
     return Permutation(seed, config.vocab_size).inverse(token);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "io/safetensors_writer.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -58,6 +59,9 @@ struct SyntheticResult {
 // Writes a full checkpoint for `config` (normally preset_config(options.preset)) into options.out.
 SyntheticResult write_synthetic_checkpoint(const Config& config, const SyntheticOptions& options);
 SyntheticResult write_synthetic_checkpoint(const SyntheticOptions& options);
+
+// Every tensor (name, dtype, shape) a `layout` checkpoint of `config` holds, in model order.
+std::vector<io::TensorSpec> checkpoint_tensor_specs(const Config& config, Layout layout);
 
 // The token the synthetic unembedding favours after `token` (the greedy continuation of an
 // unperturbed residual state): a known answer for end-to-end tests on synthetic checkpoints.

@@ -256,6 +256,27 @@ TEST(synthetic, official_safetensors_library_reads_the_same_tensors) {
     EXPECT_EQ(s.at("index").at("extra").size(), 0u);
 }
 
+TEST(synthetic, full_size_layouts_match_the_published_counts_and_bytes) {
+    // spec §2.2 / §6: tensor counts and checkpoint bytes of the published checkpoints.
+    auto bytes = [](const std::vector<io::TensorSpec>& specs) {
+        uint64_t n = 0;
+        for (const auto& s : specs) n += s.nbytes();
+        return n;
+    };
+    const auto hf20 = checkpoint_tensor_specs(preset_config("20b"), Layout::hf);
+    const auto or20 = checkpoint_tensor_specs(preset_config("20b"), Layout::original);
+    const auto hf120 = checkpoint_tensor_specs(preset_config("120b"), Layout::hf);
+    const auto or120 = checkpoint_tensor_specs(preset_config("120b"), Layout::original);
+    EXPECT_EQ(hf20.size(), 459u);
+    EXPECT_EQ(or20.size(), 363u);
+    EXPECT_EQ(hf120.size(), 687u);
+    EXPECT_EQ(or120.size(), 543u);
+    EXPECT_EQ(bytes(hf20), 13'761'264'768ull);
+    EXPECT_EQ(bytes(or20), 13'761'264'768ull);
+    EXPECT_EQ(bytes(hf120), 65'248'815'744ull);
+    EXPECT_EQ(bytes(or120), 65'248'815'744ull);
+}
+
 TEST(synthetic, presets_and_errors) {
     EXPECT_EQ(preset_config("20b").n_layers, 24);
     EXPECT_EQ(preset_config("120b").n_experts, 128);
