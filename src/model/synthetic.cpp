@@ -27,6 +27,11 @@
 //     block's scale is a per-tensor base exponent jittered by -1/0/+1, the base chosen so the
 //     dequantised weights have RMS ~1/sqrt(H) (gate_up) and mlp_update*embed_scale/sqrt(d_ff) (down).
 //   - Norm gains are 1 + small noise; sinks uniform in ±sink_scale; biases small (see the struct).
+//   Measured with the CPU reference on the tiny preset (seed 1, one 300-token prompt): each sub-layer
+//   update is 2-5% of the residual RMS (attention ~2%, MoE ~3.5%), the residual RMS stays 1.00, the
+//   router's top_k-th/next gap is >= 2.0 for every token and layer, and the last token's top-1/top-2
+//   logit gap is 11.6 with the greedy token = synthetic_next_token. (Tokens of one routing class share
+//   m of the H embedding dims, which costs ~top_logit*m/H of that margin: 2.5 logits on tiny.)
 // Every value is a pure function of (seed, logical tensor, layer, element index) (splitmix64), so
 // chunks are generated in parallel, in any order, and the HF and original layouts of a seed are the
 // same model (the original fused qkv rows come from the same streams as HF q/k/v).
