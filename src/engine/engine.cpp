@@ -95,15 +95,21 @@ Engine::~Engine() {
     for (auto& s : active_) s->set_cancel_hook(nullptr);
 }
 
+void Engine::Wakeup::notify() {
+    {
+        std::lock_guard lock(mu);
+        wake = true;
+    }
+    cv.notify_all();
+}
+
 std::shared_ptr<RequestStream> Engine::submit(Request request) {
     validate_request(request, limits_);
     std::lock_guard lock(mu_);
+    OSPREY_CHECK(options_.max_queued_requests <= 0 || n_live_ < options_.max_queued_requests,
+                 "the engine is at capacity (", n_live_, " requests queued or running); retry later");
     auto stream = std::make_shared<RequestStream>(next_uid_++, request.id, request.n);
-    stream->set_cancel_hook([this] {
-        std::lock_guard l(mu_);
-        wake_ = true;
-        cv_.notify_all();
-    });
+    stream->set_cancel_hook([w = wakeup_] { w->notify(); });
     std::erase_if(live_, [](const auto& w) {
         auto s = w.lock();
         return !s || s->finished();
@@ -111,8 +117,7 @@ std::shared_ptr<RequestStream> Engine::submit(Request request) {
     live_.push_back(stream);
     incoming_.emplace_back(stream, std::move(request));
     ++n_live_;
-    wake_ = true;
-    cv_.notify_all();
+    wakeup_->notify();
     return stream;
 }
 
@@ -240,8 +245,8 @@ void Engine::start() {
     OSPREY_CHECK(!started_, "engine already started");
     started_ = true;
     {
-        std::lock_guard lock(mu_);
-        stop_ = false;
+        std::lock_guard lock(wakeup_->mu);
+        wakeup_->stop = false;
     }
     thread_ = std::thread([this] { loop(); });
 }
@@ -249,10 +254,10 @@ void Engine::start() {
 void Engine::stop() {
     if (!started_) return;
     {
-        std::lock_guard lock(mu_);
-        stop_ = true;
-        cv_.notify_all();
+        std::lock_guard lock(wakeup_->mu);
+        wakeup_->stop = true;
     }
+    wakeup_->cv.notify_all();
     thread_.join();
     started_ = false;
 }
@@ -261,10 +266,10 @@ void Engine::loop() {
     bool busy = false;
     for (;;) {
         {
-            std::unique_lock lock(mu_);
-            if (!busy) cv_.wait(lock, [&] { return stop_ || wake_; });
-            if (stop_) return;
-            wake_ = false;
+            std::unique_lock lock(wakeup_->mu);
+            if (!busy) wakeup_->cv.wait(lock, [&] { return wakeup_->stop || wakeup_->wake; });
+            if (wakeup_->stop) return;
+            wakeup_->wake = false;
         }
         std::lock_guard step(step_mu_);
         try {

@@ -37,6 +37,7 @@ struct EngineOptions {
     bool enable_prefix_caching = true;  // share full pages between requests with a common prefix
     int max_top_logprobs = 20;          // largest SamplingParams::top_logprobs accepted
     int max_n = 16;                     // largest Request::n accepted
+    int max_queued_requests = 0;        // > 0: submit() refuses new requests beyond this many live ones
     bool check_invariants = false;      // check every bookkeeping invariant after each step (tests)
 };
 
@@ -119,18 +120,26 @@ private:
     std::mutex step_mu_;
     std::vector<std::shared_ptr<RequestStream>> active_;  // streams with unfinished samples (stepping thread)
 
+    // Wakes the engine thread; shared with the streams' cancel hooks so that a stream outliving
+    // the engine never touches freed memory.
+    struct Wakeup {
+        std::mutex mu;
+        std::condition_variable cv;
+        bool wake = false;
+        bool stop = false;
+        void notify();
+    };
+    std::shared_ptr<Wakeup> wakeup_ = std::make_shared<Wakeup>();
+
     // Submissions and cancellations cross threads here.
     mutable std::mutex mu_;
-    std::condition_variable cv_;
     std::vector<std::pair<std::shared_ptr<RequestStream>, Request>> incoming_;
     std::vector<std::weak_ptr<RequestStream>> live_;  // for cancel(id); pruned on submit
-    bool wake_ = false;
     uint64_t next_uid_ = 1;
     int n_live_ = 0;      // submitted requests not yet finished
     EngineStats stats_;   // published after each step
 
     std::thread thread_;
-    bool stop_ = false;   // under mu_
     bool started_ = false;
     uint64_t n_steps_ = 0;
 };

@@ -89,39 +89,58 @@ StepPlan Scheduler::schedule() {
     std::vector<Sequence*> preempted;  // not readmitted in the step that preempted them
     auto is_scheduled = [&](const Sequence* s) { return std::find(scheduled.begin(), scheduled.end(), s) != scheduled.end(); };
 
-    // 1. One decode token for every running sequence that has finished its prefill. Pages come
-    //    from preempting the lowest-ranked running sequences that are not yet in this step.
+    // Frees pages until `need` are available by preempting the lowest-ranked running sequences
+    // not yet in this step. The scan from the bottom reaches `seq` before anything ranked above
+    // it; returns false, preempting nothing more, when `seq` itself is next in line.
+    auto make_room = [&](Sequence* seq, int need) {
+        while (need > kv_.n_available_pages()) {
+            Sequence* victim = nullptr;
+            for (auto it = running_.rbegin(); it != running_.rend() && victim == nullptr; ++it)
+                if (!is_scheduled(*it)) victim = *it;
+            if (victim == seq) return false;
+            preempt(victim);
+            preempted.push_back(victim);
+            ++plan.n_preempted;
+        }
+        return true;
+    };
+    auto preempt_self = [&](Sequence* seq) {
+        preempt(seq);
+        preempted.push_back(seq);
+        ++plan.n_preempted;
+    };
+
+    // 1. One decode token for every running sequence that has finished its prefill.
     const std::vector<Sequence*> ranked = running_;
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
         if (seq->status != SeqStatus::running || seq->n_tokens() - seq->n_computed != 1) continue;
         const int need = pages_for(seq->n_computed + 1) - int(seq->pages.size());
-        while (need > kv_.n_available_pages() && seq->status == SeqStatus::running) {
-            Sequence* victim = nullptr;
-            for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-                if (!is_scheduled(*it)) {
-                    victim = *it;
-                    break;
-                }
-            preempt(victim);  // at worst `seq` itself, the lowest unscheduled one
-            preempted.push_back(victim);
-            ++plan.n_preempted;
+        if (!make_room(seq, need)) {
+            preempt_self(seq);
+            continue;
         }
-        if (seq->status != SeqStatus::running) continue;
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         add_chunk(plan, seq, 1);
         scheduled.push_back(seq);
         budget -= 1;
     }
 
-    // 2. The next prefill chunk of running sequences, as large as budget and free pages allow.
+    // 2. The next prefill chunk of running sequences, as large as the budget allows; pages come
+    //    from lower-ranked sequences, else the chunk shrinks to the pages available. A sequence
+    //    that cannot advance at all gives its pages back (so higher-ranked ones never wait on it).
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
         if (seq->status != SeqStatus::running || is_scheduled(seq)) continue;
         int n = std::min(seq->n_tokens() - seq->n_computed, budget);
-        const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
-        n = std::min(n, room);
-        if (n <= 0) continue;
+        if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
+            const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
+            n = std::min(n, room);
+            if (n <= 0) {
+                preempt_self(seq);
+                continue;
+            }
+        }
         const int need = pages_for(seq->n_computed + n) - int(seq->pages.size());
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         add_chunk(plan, seq, n);

@@ -374,3 +374,23 @@ TEST(engine, kv_plan_reports_window_savings) {
     o.kv_memory_fraction = 1.5;
     EXPECT_THROW(plan_kv_cache(runner, o), Error);
 }
+
+TEST(engine, queue_limit_refuses_requests_clearly) {
+    FakeRunner runner;
+    EngineOptions o = small_options();
+    o.max_queued_requests = 2;
+    Engine engine(runner, o);
+    auto a = engine.submit(greedy_request({1}, 3));
+    auto b = engine.submit(greedy_request({2}, 3));
+    try {
+        engine.submit(greedy_request({3}, 3));
+        ADD_FAILURE() << "a third request was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("at capacity"), std::string::npos) << e.what();
+    }
+    engine.run_until_idle();
+    EXPECT_TRUE(a->finished() && b->finished());
+    auto c = engine.submit(greedy_request({3}, 3));  // room again
+    engine.run_until_idle();
+    EXPECT_EQ(test::collect(*c)[0].tokens.size(), 3u);
+}
