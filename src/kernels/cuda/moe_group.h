@@ -17,6 +17,7 @@ struct MoeGroupArgs {
     int32_t* sorted_rows = nullptr;       // [n_tokens * top_k] routed rows, by expert then by r
     int32_t* scratch = nullptr;           // [moe_group_scratch_elems(n_tokens, top_k, n_experts)] device
     const int32_t* expert_ids = nullptr;  // [n_tokens, top_k] from moe_route_topk, each in [0, n_experts)
+                                          // (a row with an id out of range is left out of every group)
     int n_tokens = 0;                     // any size, 0 is a no-op
     int n_experts = 0;                    // 1..kMoeMaxExperts
     int top_k = 4;
