@@ -23,7 +23,8 @@ int main() {
     for (const Shape& s : shapes) {
         const size_t w_elems = size_t(s.n) * s.k;
         const int copies = std::max<int>(1, int((size_t(256) << 20) / (w_elems * 2)) + 1);
-        cuda::DeviceBuffer<bf16> w(w_elems * copies), x(size_t(8192) * s.k), b(s.n);
+        cuda::DeviceBuffer<bf16> w(w_elems * copies), x(size_t(8192) * s.k);
+        cuda::DeviceBuffer<float> b(s.n);  // bias type follows the output type (bf16 uses its first half)
         w.fill_bytes(0x3c), x.fill_bytes(0x3c), b.fill_bytes(0);
         for (int t : {1, 8, 64, 1024, 8192}) {
             if (s.n == 201088 && t > 64) continue;  // logits are only computed for the last tokens

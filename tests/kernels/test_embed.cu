@@ -28,7 +28,7 @@ void run_case(int vocab, int d, int n_tokens) {
 
 TEST(cuda_embed, small) { run_case(50, 8, 3); }
 TEST(cuda_embed, gpt_oss_width) { run_case(1000, 2880, 77); }
-TEST(cuda_embed, real_vocab) { run_case(201088, 2880, 4); }
+TEST(cuda_embed, real_vocab) { run_case(201088, 64, 4); }  // every row reachable; narrow to stay fast
 TEST(cuda_embed, rejects_width_not_multiple_of_8) {
     cuda::DeviceBuffer<float> x(12);
     cuda::DeviceBuffer<bf16> table(12);

@@ -37,8 +37,9 @@ void run_case(const LinearCase& c) {
     auto d_x = test::to_device(x);
     auto d_w = test::to_device(w);
     auto d_b = test::to_device(b);
+    auto d_bf = test::to_device(test::to_float(b));  // f32 outputs take an f32 bias
     cuda::Blas blas;
-    cuda::LinearArgs a{.x = d_x.get(), .w = d_w.get(), .bias = c.bias ? d_b.get() : nullptr, .n_tokens = c.t,
+    cuda::LinearArgs a{.x = d_x.get(), .w = d_w.get(), .bias = !c.bias ? nullptr : c.f32 ? (const void*)d_bf.get() : (const void*)d_b.get(), .n_tokens = c.t,
                        .n_out = c.n, .n_in = c.k, .ldx = c.ldx, .ldy = c.ldy, .y_f32 = c.f32,
                        .accumulate = c.accumulate};
     std::vector<float> got(size_t(c.t) * c.n);
@@ -81,7 +82,15 @@ TEST(cuda_linear, qkv_prefill) { run_case({.t = 77, .n = 5120, .k = 2880}); }
 TEST(cuda_linear, out_proj_accumulates_residual_f32) {
     run_case({.t = 33, .n = 2880, .k = 4096, .f32 = true, .accumulate = true});
 }
-TEST(cuda_linear, accumulate_bf16) { run_case({.t = 9, .n = 64, .k = 128, .accumulate = true}); }
+TEST(cuda_linear, accumulate_f32_small) { run_case({.t = 9, .n = 64, .k = 128, .f32 = true, .accumulate = true}); }
+TEST(cuda_linear, rejects_accumulate_into_bf16) {
+    cuda::Blas blas;
+    cuda::DeviceBuffer<bf16> x(64), w(64), y(64);
+    EXPECT_THROW(blas.linear({.y = y.get(), .x = x.get(), .w = w.get(), .n_tokens = 8, .n_out = 8, .n_in = 8,
+                              .accumulate = true},
+                             nullptr),
+                 Error);
+}
 TEST(cuda_linear, router_shape_f32) { run_case({.t = 300, .n = 128, .k = 2880, .f32 = true}); }
 TEST(cuda_linear, strided_rows) { run_case({.t = 6, .n = 96, .k = 64, .ldx = 80, .ldy = 112}); }
 TEST(cuda_linear, unembedding_f32) { run_case({.t = 2, .n = 201088, .k = 2880, .bias = false, .f32 = true}); }

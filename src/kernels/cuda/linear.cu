@@ -58,7 +58,7 @@ Blas::Plan& Blas::plan_for(const LinearArgs& a) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_trans, sizeof no_trans));
     if (a.bias) {
         const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        const cudaDataType_t bias_type = CUDA_R_16BF;
+        const cudaDataType_t bias_type = a.y_f32 ? CUDA_R_32F : CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                                     sizeof bias_type));
@@ -92,6 +92,7 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.n_tokens > 0 && a.n_out > 0 && a.n_in > 0, "linear: empty shape T=", a.n_tokens, " N=", a.n_out,
                  " K=", a.n_in);
     OSPREY_CHECK(a.x && a.w && a.y, "linear: null pointer");
+    OSPREY_CHECK(!a.accumulate || a.y_f32, "linear: accumulating into a bf16 output is not supported (f32 only)");
     OSPREY_CHECK((a.ldx == 0 || a.ldx >= a.n_in) && (a.ldy == 0 || a.ldy >= a.n_out),
                  "linear: row stride smaller than the row (ldx ", a.ldx, ", ldy ", a.ldy, ")");
     Plan& p = plan_for(a);

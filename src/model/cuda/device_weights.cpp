@@ -75,13 +75,14 @@ private:
     int cur_ = 0;
 };
 
-// Norm gains may be stored BF16 or F32 (spec §10.3): widened to f32 on the host (they are tiny).
-void upload_gain(cuda::DeviceBuffer<float>& buf, const TensorView& v) {
+// Norm gains (BF16 or F32, spec §10.3) and the biases of f32-output GEMMs, widened to f32 on the
+// host (they are tiny; BF16 -> F32 is exact).
+void upload_f32(cuda::DeviceBuffer<float>& buf, const TensorView& v) {
     std::vector<float> f(size_t(v.numel()));
     if (v.dtype == DType::f32) {
         std::memcpy(f.data(), v.data, f.size() * sizeof(float));
     } else {
-        OSPREY_CHECK(v.dtype == DType::bf16, v.name, ": norm gain must be BF16 or F32, got ", v.describe());
+        OSPREY_CHECK(v.dtype == DType::bf16, v.name, ": expected BF16 or F32, got ", v.describe());
         for (size_t i = 0; i < f.size(); ++i) f[i] = bf16_to_float(v.as<bf16>()[i]);
     }
     buf.resize(f.size());
@@ -110,8 +111,8 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         for (const TensorView* v : {&l.q_w, &l.k_w, &l.v_w, &l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_w, &l.out_b,
                                     &l.router_w, &l.router_b, &l.mlp1_bias, &l.mlp2_bias})
             check_bf16(*v);
-        upload_gain(dl.attn_norm, l.attn_norm);
-        upload_gain(dl.mlp_norm, l.mlp_norm);
+        upload_f32(dl.attn_norm, l.attn_norm);
+        upload_f32(dl.mlp_norm, l.mlp_norm);
         // q, k, v rows back to back: one [Q + 2K, H] weight and one [Q + 2K] bias.
         dl.qkv_w.resize(size_t(c.q_dim() + 2 * c.kv_dim()) * c.d_model);
         dl.qkv_b.resize(size_t(c.q_dim() + 2 * c.kv_dim()));
@@ -128,9 +129,9 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         }
         up.upload(dl.sinks, l.sinks);
         up.upload(dl.out_w, l.out_w);
-        up.upload(dl.out_b, l.out_b);
+        upload_f32(dl.out_b, l.out_b);
         up.upload(dl.router_w, l.router_w);
-        up.upload(dl.router_b, l.router_b);
+        upload_f32(dl.router_b, l.router_b);
         up.upload(dl.mlp1_blocks, l.mlp1_blocks);
         up.upload(dl.mlp1_scales, l.mlp1_scales);
         up.upload(dl.mlp1_bias, l.mlp1_bias);
@@ -138,7 +139,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         up.upload(dl.mlp2_scales, l.mlp2_scales);
         up.upload(dl.mlp2_bias, l.mlp2_bias);
     }
-    upload_gain(d.final_norm, w.final_norm);
+    upload_f32(d.final_norm, w.final_norm);
     check_bf16(w.unembedding);
     up.upload(d.unembedding, w.unembedding);
     up.finish();

@@ -21,10 +21,10 @@ struct DeviceLayer {
     cuda::DeviceBuffer<bf16> qkv_b;           // [Q + 2K]
     cuda::DeviceBuffer<bf16> sinks;           // [NH]
     cuda::DeviceBuffer<bf16> out_w;           // [H, Q]
-    cuda::DeviceBuffer<bf16> out_b;           // [H]
+    cuda::DeviceBuffer<float> out_b;          // [H] f32 (f32-output GEMM epilogue)
     cuda::DeviceBuffer<float> mlp_norm;       // [H] f32
     cuda::DeviceBuffer<bf16> router_w;        // [E, H]
-    cuda::DeviceBuffer<bf16> router_b;        // [E]
+    cuda::DeviceBuffer<float> router_b;       // [E] f32 (f32-output GEMM epilogue)
     cuda::DeviceBuffer<uint8_t> mlp1_blocks;  // [E, 2I, H/32, 16] MXFP4 pairs (low nibble = even element)
     cuda::DeviceBuffer<uint8_t> mlp1_scales;  // [E, 2I, H/32] E8M0
     cuda::DeviceBuffer<bf16> mlp1_bias;       // [E, 2I] (gate/up interleaved)
