@@ -56,7 +56,7 @@ struct Config {
 // Decode: 8 routed rows, 32 weight rows per block, K split 4 ways: many warps in flight per SM, each
 // with a short dependency chain, so that the weight stream is not limited by latency. Measured
 // against <4,1,1,1,8,8,4> (no split, 8 stages), <4,1,2,1,8,4,4> and <2,1,4,1,16,4,4>: best at 1 token
-// (mlp1 32.5 us vs 34.5-36.8), 5-10% behind the unsplit one at 8-128 tokens.
+// (mlp1 32.5 us vs 34.5-36.8), 5-15% behind the unsplit one at 8-128 tokens.
 // A build may override either list (OSPREY_MOE_GEMV_CONFIG / OSPREY_MOE_GEMM_CONFIG, e.g. from a
 // wrapper source that defines them and includes this file) to measure other tilings with
 // bench/bench_moe.cu and the tests; the comparison above was made that way.
@@ -403,9 +403,12 @@ template <class Cfg, Proj kProj>
 void launch(const KernelArgs& a, int n_routed, cudaStream_t stream) {
     const size_t smem = size_t(Cfg::kStages) * Cfg::kStageBytes + size_t(Cfg::kBM) * a.n_groups;
     auto kernel = moe_mlp_mxfp4_kernel<Cfg, kProj>;
+    // Opt in once per process to all the dynamic shared memory a block may have (the static part,
+    // s_rows and the tile lookup, stays below 64 bytes + kBN ints); same limit on every H200.
     static const size_t smem_limit = [&] {
-        int max_optin = 0;
-        CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+        int device = 0, max_optin = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         max_optin - int(sizeof(int32_t) * Cfg::kBN) - 64));
         return size_t(max_optin - int(sizeof(int32_t) * Cfg::kBN) - 64);
