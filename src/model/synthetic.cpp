@@ -129,7 +129,8 @@ struct Permutation {
 // Generates the values of every logical tensor.
 class Generator {
 public:
-    Generator(const Config& c, uint64_t seed, const SyntheticInit& init) : c_(c), seed_(seed), init_(init), perm_(seed, c.vocab_size) {
+    Generator(const Config& c, uint64_t seed, const SyntheticInit& init)
+        : c_(c), init_(init), perm_(seed, c.vocab_size) {
         for (uint32_t r = 0; r < kRoles; ++r)
             for (int l = 0; l < c.n_layers; ++l) keys_.push_back(stream_key(seed, Role(r), l));
         code_dims_ = init.route_code_dims;
@@ -261,7 +262,6 @@ private:
     uint64_t key_of(Role role, int layer) const { return keys_[size_t(uint32_t(role)) * size_t(c_.n_layers) + size_t(layer)]; }
 
     Config c_;
-    uint64_t seed_;
     std::vector<uint64_t> keys_;  // [kRoles, n_layers] stream keys
     int code_dims_ = 1;                         // routing classes = embedding dims carrying the class
     std::vector<std::vector<int>> sets_;        // [n_layers, code_dims] experts of each class
