@@ -147,6 +147,18 @@ TEST(harmony_render, system_without_optional_fields) {
     EXPECT_EQ(render_conversation(c).text(), "<|start|>system<|message|><|end|>");
 }
 
+TEST(harmony_render, message_pieces_are_fragments_encoded_separately) {
+    const Message call = Message::assistant("{}", "commentary").with_recipient("functions.f").with_content_type(
+        "<|constrain|>json");
+    const Rendered r = render_message(call);
+    std::vector<std::string> shape;
+    for (const Piece& p : r.pieces) shape.push_back(p.special >= 0 ? std::string(formatting_token_text(p.special)) : "[" + p.text + "]");
+    const std::vector<std::string> want{"<|start|>", "[assistant]", "[ to=functions.f]", "<|channel|>", "[commentary]",
+                                        "[ ]", "<|constrain|>", "[json]", "<|message|>", "[{}]", "<|call|>"};
+    EXPECT_EQ(shape, want);
+    EXPECT_THROW(render_message(Message::assistant("x").with_channel("")), osprey::Error);
+}
+
 void expect_error(const Conversation& c, const std::string& needle) {
     try {
         render_conversation(c);
