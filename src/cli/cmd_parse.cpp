@@ -4,9 +4,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <sstream>
 
 #include "cli/command.h"
@@ -36,17 +33,6 @@ constexpr const char* kHelp =
     "  --model DIR       take the tokenizer from a model folder\n"
     "\n"
     "Malformed streams never fail: the parser repairs what it can (the count is printed on stderr).\n";
-
-std::string read_input(const std::vector<std::string>& positional) {
-    OSPREY_CHECK(positional.size() <= 1, "expected at most one input file, got ", positional.size(), " arguments");
-    if (positional.empty() || positional[0] == "-")
-        return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    std::ifstream in(positional[0], std::ios::binary);
-    OSPREY_CHECK(in.good(), "cannot open ", positional[0]);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
 
 // "1 2,3\n4" or "[1, 2, 3]".
 std::vector<osprey::tok::TokenId> parse_ids(const std::string& text) {
@@ -132,7 +118,7 @@ int run_parse(const std::vector<std::string>& argv) {
         for (std::string name; std::getline(ss, name, ',');)
             if (!name.empty()) options.known_recipients.push_back(name);
     }
-    const std::vector<tok::TokenId> ids = parse_ids(read_input(args.positional()));
+    const std::vector<tok::TokenId> ids = parse_ids(cli::read_file_or_stdin(args.positional()));
     const tok::Tokenizer tokenizer = args.has("tokenizer") ? tok::Tokenizer::from_file(args.get("tokenizer"))
                                                            : tok::Tokenizer::from_model_dir(args.get("model"));
     harmony::StreamParser parser(tokenizer, options);

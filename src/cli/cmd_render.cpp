@@ -1,10 +1,6 @@
 // `osprey render`: a conversation (openai-harmony Conversation JSON, see harmony/conversation_json.h)
 // to the Harmony prompt, as token ids or text. Test: tests/harmony/test_cli.sh.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iostream>
-#include <iterator>
 #include <optional>
 #include <sstream>
 
@@ -36,18 +32,6 @@ constexpr const char* kHelp =
     "                    ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --model DIR       take the tokenizer from a model folder\n";
 
-std::string read_input(const std::vector<std::string>& positional) {
-    OSPREY_CHECK(positional.size() <= 1, "expected at most one input file, got ", positional.size(), " arguments");
-    if (positional.empty() || positional[0] == "-") {
-        return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-    }
-    std::ifstream in(positional[0], std::ios::binary);
-    OSPREY_CHECK(in.good(), "cannot open ", positional[0]);
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 int run_render(const std::vector<std::string>& argv) {
     using namespace osprey;
     const cli::Args args(argv, {"next-role", "tokenizer", "model"},
@@ -61,7 +45,8 @@ int run_render(const std::vector<std::string>& argv) {
     OSPREY_CHECK(n_modes <= 1, "--next-role, --no-next-role and --training exclude each other");
     OSPREY_CHECK(!(args.has("tokenizer") && args.has("model")), "--tokenizer and --model exclude each other");
 
-    const harmony::Conversation conversation = harmony::conversation_from_json_text(read_input(args.positional()));
+    const harmony::Conversation conversation =
+        harmony::conversation_from_json_text(cli::read_file_or_stdin(args.positional()));
     harmony::RenderOptions options;
     if (args.has("keep-analysis")) options.drop_analysis = harmony::AnalysisPolicy::none;
 

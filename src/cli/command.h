@@ -21,6 +21,10 @@ struct Command {
 std::vector<Command>& registry();
 bool register_command(Command c);
 
+// The whole input of a command that reads one FILE argument: the file, or standard input when
+// `positional` is empty or "-". Throws osprey::Error naming an unreadable file or extra arguments.
+std::string read_file_or_stdin(const std::vector<std::string>& positional);
+
 // A small flag parser: --name value, --name=value and boolean --flag. Unknown flags are errors
 // naming the flag. Positional arguments are kept in order.
 class Args {

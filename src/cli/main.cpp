@@ -2,6 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <exception>
+#include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include "cli/command.h"
 #include "core/check.h"
@@ -16,6 +19,19 @@ std::vector<Command>& registry() {
 bool register_command(Command c) {
     registry().push_back(std::move(c));
     return true;
+}
+
+std::string read_file_or_stdin(const std::vector<std::string>& positional) {
+    OSPREY_CHECK(positional.size() <= 1, "expected at most one input file, got ", positional.size(), " arguments");
+    std::ostringstream ss;
+    if (positional.empty() || positional[0] == "-") {
+        ss << std::cin.rdbuf();
+        return ss.str();
+    }
+    std::ifstream in(positional[0], std::ios::binary);
+    OSPREY_CHECK(in.good(), "cannot open ", positional[0]);
+    ss << in.rdbuf();
+    return ss.str();
 }
 
 Args::Args(const std::vector<std::string>& args, std::vector<std::string> value_flags,

@@ -6,8 +6,10 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/json.h"
+#include "harmony/message.h"
 #include "tokenizer/tokenizer.h"
 
 namespace osprey::harmony::test {
@@ -41,6 +43,22 @@ inline json::Value derived_token_ids() {
     static const json::Value v = json::parse(read_file(std::filesystem::path(OSPREY_SHARED_DIR) / "conformance" /
                                                        "derived" / "harmony_test_data_token_ids.json"));
     return v;
+}
+
+// A compact description of a message for comparisons: role[:name] [to=r] [#channel] [type] |content
+inline std::string describe(const Message& m) {
+    std::string s = role_name(m.author.role);
+    if (m.author.name) s += ":" + *m.author.name;
+    if (m.recipient) s += " to=" + *m.recipient;
+    if (m.channel) s += " #" + *m.channel;
+    if (m.content_type) s += " " + *m.content_type;
+    return s + " |" + m.text();
+}
+
+inline std::vector<std::string> describe(const std::vector<Message>& ms) {
+    std::vector<std::string> out;
+    for (const Message& m : ms) out.push_back(describe(m));
+    return out;
 }
 
 }  // namespace osprey::harmony::test

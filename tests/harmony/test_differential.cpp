@@ -27,15 +27,6 @@ std::vector<TokenId> ids_of(const json::Value& v) {
     return out;
 }
 
-std::string describe(const Message& m) {
-    std::string s = role_name(m.author.role);
-    if (m.author.name) s += ":" + *m.author.name;
-    if (m.recipient) s += " to=" + *m.recipient;
-    if (m.channel) s += " #" + *m.channel;
-    if (m.content_type) s += " " + *m.content_type;
-    return s + " |" + m.text();
-}
-
 // "" when equal, else where they differ (decoded around the first differing token).
 std::string compare_tokens(const std::vector<TokenId>& got, const std::vector<TokenId>& want) {
     size_t i = 0;
@@ -77,8 +68,8 @@ std::string check_parse(const json::Value& c) {
     for (const json::Value& d : c.at("deltas").as_array())
         want_deltas.emplace_back(size_t(d.as_array()[0].as_int()), d.as_array()[1].as_string());
     std::vector<std::string> got, want;
-    for (const Message& m : parser.messages()) got.push_back(describe(m));
-    for (const json::Value& m : c.at("messages").as_array()) want.push_back(describe(message_from_json(m)));
+    for (const Message& m : parser.messages()) got.push_back(test::describe(m));
+    for (const json::Value& m : c.at("messages").as_array()) want.push_back(test::describe(message_from_json(m)));
     if (got != want) {
         std::string s = "messages differ:";
         for (size_t i = 0; i < std::max(got.size(), want.size()); ++i)

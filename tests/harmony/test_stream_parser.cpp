@@ -27,28 +27,12 @@ std::vector<Message> parse(const std::vector<TokenId>& ids, std::optional<Role> 
     return parse_messages(test::o200k(), ids, o);
 }
 
-// A compact description of a message for comparisons: role[:name] [to=r] [#channel] [type] |content
-std::string describe(const Message& m) {
-    std::string s = role_name(m.author.role);
-    if (m.author.name) s += ":" + *m.author.name;
-    if (m.recipient) s += " to=" + *m.recipient;
-    if (m.channel) s += " #" + *m.channel;
-    if (m.content_type) s += " " + *m.content_type;
-    return s + " |" + m.text();
-}
-
-std::vector<std::string> describe(const std::vector<Message>& ms) {
-    std::vector<std::string> out;
-    for (const Message& m : ms) out.push_back(describe(m));
-    return out;
-}
-
 using Strings = std::vector<std::string>;
 
 TEST(harmony_parser, simple_reasoning_response) {
     const std::vector<TokenId> ids = read_ids("test_simple_reasoning_response.txt");
     ASSERT_EQ(ids.size(), 35u);
-    EXPECT_EQ(describe(parse(ids)),
+    EXPECT_EQ(test::describe(parse(ids)),
               (Strings{"assistant #analysis |User asks: \"What is 2 + 2?\" Simple arithmetic. Provide answer.",
                        "assistant #final |2 + 2 = 4."}));
 }
@@ -56,7 +40,7 @@ TEST(harmony_parser, simple_reasoning_response) {
 TEST(harmony_parser, simple_tool_call) {
     const std::vector<TokenId> ids = read_ids("test_simple_tool_call.txt");
     ASSERT_EQ(ids.size(), 39u);
-    EXPECT_EQ(describe(parse(ids)),
+    EXPECT_EQ(test::describe(parse(ids)),
               (Strings{"assistant #analysis |User asks: \"What is the weather in Tokyo?\" We need to use lookup_weather tool.",
                        "assistant to=lookup_weather #analysis code |{\"location\": \"Tokyo\"}"}));
 }
@@ -69,10 +53,10 @@ TEST(harmony_parser, streamable_parser_file_token_by_token) {
     ASSERT_EQ(p.messages().size(), 3u);
     EXPECT_EQ(p.n_repairs(), 0u);
     EXPECT_TRUE(p.messages()[0].text().find("But w\ne need") != std::string::npos);
-    EXPECT_EQ(describe(p.messages()[1]),
+    EXPECT_EQ(test::describe(p.messages()[1]),
               "assistant to=browser.search #commentary code |{\"query\": \"current US president July 2025\", "
               "\"topn\": 10, \"source\": \"news\"}");
-    EXPECT_EQ(describe(p.messages()[2]),
+    EXPECT_EQ(test::describe(p.messages()[2]),
               "tool:browser.search to=assistant #commentary |{\"result\": \"https://openai.com/\"}");
 }
 
@@ -80,7 +64,7 @@ TEST(harmony_parser, tool_response_without_start_role) {
     const std::string text = test::read_conformance("test_tool_response_parsing.txt");
     const std::vector<TokenId> ids = encode(text);
     EXPECT_EQ(test::o200k().decode(ids), text);
-    EXPECT_EQ(describe(parse(ids, std::nullopt)),
+    EXPECT_EQ(test::describe(parse(ids, std::nullopt)),
               (Strings{"tool:browser.search to=assistant #commentary |{\"result\": \"https://openai.com/\"}"}));
 }
 
@@ -89,15 +73,15 @@ TEST(harmony_parser, constrain_marker_adjacent_to_recipient) {
          {"<|start|>assistant<|channel|>commentary to=functions.get_weather<|constrain|>json<|message|>{\"a\":1}<|call|>",
           "<|start|>assistant to=functions.get_weather<|channel|>commentary<|constrain|>json<|message|>{\"a\":1}<|end|>",
           "<|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{\"a\":1}<|call|>"}) {
-        EXPECT_EQ(describe(parse(encode(text), std::nullopt)),
+        EXPECT_EQ(test::describe(parse(encode(text), std::nullopt)),
                   (Strings{"assistant to=functions.get_weather #commentary <|constrain|>json |{\"a\":1}"}))
             << text;
     }
 }
 
 TEST(harmony_parser, missing_message_token_recovers_header_text) {
-    EXPECT_EQ(describe(parse(encode("<|channel|>commentary Hello<|end|>"))), (Strings{"assistant #commentary |Hello"}));
-    EXPECT_EQ(describe(parse(encode("I must refuse<|end|>"))), (Strings{"assistant |I must refuse"}));
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>commentary Hello<|end|>"))), (Strings{"assistant #commentary |Hello"}));
+    EXPECT_EQ(test::describe(parse(encode("I must refuse<|end|>"))), (Strings{"assistant |I must refuse"}));
 }
 
 TEST(harmony_parser, invalid_utf8_does_not_leak_between_messages) {
@@ -105,14 +89,14 @@ TEST(harmony_parser, invalid_utf8_does_not_leak_between_messages) {
     ids.push_back(9552);  // bytes 20 F0 9F: an unfinished 4-byte character
     ids.push_back(9552);
     for (TokenId t : encode("<|end|><|start|>assistant<|message|>Hi<|end|>")) ids.push_back(t);
-    EXPECT_EQ(describe(parse(ids, std::nullopt)), (Strings{"assistant | \xEF\xBF\xBD \xEF\xBF\xBD", "assistant |Hi"}));
+    EXPECT_EQ(test::describe(parse(ids, std::nullopt)), (Strings{"assistant | \xEF\xBF\xBD \xEF\xBF\xBD", "assistant |Hi"}));
 }
 
 TEST(harmony_parser, partial_bytes_flushed_at_end_of_stream) {
     std::vector<TokenId> ids = encode("<|start|>assistant<|message|>");
     ids.push_back(9552);
     for (TokenId t : encode("Hi")) ids.push_back(t);
-    EXPECT_EQ(describe(parse(ids, std::nullopt)), (Strings{"assistant | \xEF\xBF\xBDHi"}));
+    EXPECT_EQ(test::describe(parse(ids, std::nullopt)), (Strings{"assistant | \xEF\xBF\xBDHi"}));
 }
 
 TEST(harmony_parser, multi_token_character_is_one_delta) {
@@ -135,7 +119,7 @@ TEST(harmony_parser, invalid_token_id_becomes_replacement_character) {
     std::vector<TokenId> ids = encode("<|start|>assistant<|channel|>analysis<|message|>Practice.");
     ids.push_back(-1);
     ids.push_back(1 << 30);
-    EXPECT_EQ(describe(parse(ids, std::nullopt)), (Strings{"assistant #analysis |Practice.\xEF\xBF\xBD\xEF\xBF\xBD"}));
+    EXPECT_EQ(test::describe(parse(ids, std::nullopt)), (Strings{"assistant #analysis |Practice.\xEF\xBF\xBD\xEF\xBF\xBD"}));
 }
 
 TEST(harmony_parser, events_of_a_tool_call_turn) {
@@ -179,50 +163,50 @@ TEST(harmony_parser_repairs, recipient_in_role_position) {
     StreamParser p(test::o200k());
     p.push(encode("<|channel|>analysis<|message|>x<|end|><|start|>functions.get_weather<|channel|>commentary "
                   "<|constrain|>json<|message|>{}<|call|>"));
-    EXPECT_EQ(describe(p.messages()[1]), "assistant to=functions.get_weather #commentary <|constrain|>json |{}");
+    EXPECT_EQ(test::describe(p.messages()[1]), "assistant to=functions.get_weather #commentary <|constrain|>json |{}");
     EXPECT_GT(p.n_repairs(), 0u);
-    EXPECT_EQ(describe(parse(encode("<|start|>to=functions.f<|channel|>commentary json<|message|>{}<|call|>"),
+    EXPECT_EQ(test::describe(parse(encode("<|start|>to=functions.f<|channel|>commentary json<|message|>{}<|call|>"),
                              std::nullopt)),
               (Strings{"assistant to=functions.f #commentary json |{}"}));
 }
 
 TEST(harmony_parser_repairs, json_glued_to_tool_name) {
-    EXPECT_EQ(describe(parse(encode("<|channel|>commentary to=functions.get_weatherjson<|message|>{}<|call|>"))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>commentary to=functions.get_weatherjson<|message|>{}<|call|>"))),
               (Strings{"assistant to=functions.get_weather #commentary json |{}"}));
     // A tool whose name really ends in "json" is left alone...
-    EXPECT_EQ(describe(parse(encode("<|channel|>commentary to=functions.to_json<|message|>{}<|call|>"))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>commentary to=functions.to_json<|message|>{}<|call|>"))),
               (Strings{"assistant to=functions.to_json #commentary |{}"}));
     // ...and with known tool names the split is exact.
     StreamParserOptions o;
     o.known_recipients = {"functions.tojson"};
-    EXPECT_EQ(describe(parse_messages(test::o200k(), encode("<|channel|>commentary to=functions.tojson<|message|>{}<|call|>"), o)),
+    EXPECT_EQ(test::describe(parse_messages(test::o200k(), encode("<|channel|>commentary to=functions.tojson<|message|>{}<|call|>"), o)),
               (Strings{"assistant to=functions.tojson #commentary |{}"}));
 }
 
 TEST(harmony_parser_repairs, missing_start) {
-    EXPECT_EQ(describe(parse(encode("<|channel|>analysis<|message|>think<|end|>assistant<|channel|>final<|message|>"
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>analysis<|message|>think<|end|>assistant<|channel|>final<|message|>"
                                     "42<|return|>"))),
               (Strings{"assistant #analysis |think", "assistant #final |42"}));
-    EXPECT_EQ(describe(parse(encode("<|channel|>analysis<|message|>think<|end|><|channel|>final<|message|>42"))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>analysis<|message|>think<|end|><|channel|>final<|message|>42"))),
               (Strings{"assistant #analysis |think", "assistant #final |42"}));
 }
 
 TEST(harmony_parser_repairs, text_after_end) {
-    EXPECT_EQ(describe(parse(encode("<|channel|>final<|message|>Hi.<|end|> And more text."))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>final<|message|>Hi.<|end|> And more text."))),
               (Strings{"assistant #final |Hi.", "assistant |And more text."}));
 }
 
 TEST(harmony_parser_repairs, doubled_start_and_missing_end) {
-    EXPECT_EQ(describe(parse(encode("<|channel|>analysis<|message|>a<|start|><|start|>assistant<|channel|>final<|message|>b"),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>analysis<|message|>a<|start|><|start|>assistant<|channel|>final<|message|>b"),
                              Role::assistant)),
               (Strings{"assistant #analysis |a", "assistant #final |b"}));
 }
 
 TEST(harmony_parser_repairs, empty_channel_and_extra_header_words) {
-    EXPECT_EQ(describe(parse(encode("<|channel|><|message|>x<|end|>"))), (Strings{"assistant |x"}));
-    EXPECT_EQ(describe(parse(encode("<|channel|>commentary to=functions.f extra code<|message|>x<|call|>"))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|><|message|>x<|end|>"))), (Strings{"assistant |x"}));
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>commentary to=functions.f extra code<|message|>x<|call|>"))),
               (Strings{"assistant to=functions.f #commentary code |x"}));
-    EXPECT_EQ(describe(parse(encode("<|channel|>final <|constrain|>json<|message|>{}<|end|>"))),
+    EXPECT_EQ(test::describe(parse(encode("<|channel|>final <|constrain|>json<|message|>{}<|end|>"))),
               (Strings{"assistant #final <|constrain|>json |{}"}));
 }
 
@@ -257,7 +241,7 @@ TEST(harmony_parser, round_trip_of_rendered_conversation) {
     const std::vector<TokenId> ids = render_conversation(c, {AnalysisPolicy::none}).tokens(test::o200k());
     const std::vector<Message> back = parse(ids, std::nullopt);
     ASSERT_EQ(back.size(), c.messages.size());
-    for (size_t i = 0; i < back.size(); ++i) EXPECT_EQ(describe(back[i]), describe(c.messages[i]));
+    for (size_t i = 0; i < back.size(); ++i) EXPECT_EQ(test::describe(back[i]), test::describe(c.messages[i]));
 }
 
 }  // namespace
