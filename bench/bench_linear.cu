@@ -30,15 +30,20 @@ int main() {
             if (s.n == 201088 && t > 64) continue;  // logits are only computed for the last tokens
             cuda::DeviceBuffer<uint8_t> y(size_t(t) * s.n * (s.f32 ? 4 : 2));
             y.fill_bytes(0);
-            const double us = bench::time_us([&](int i) {
-                blas.linear({.y = y.get(), .x = x.get(), .w = w.get() + (i % copies) * w_elems,
-                             .bias = s.bias ? b.get() : nullptr, .n_tokens = t, .n_out = s.n, .n_in = s.k,
-                             .y_f32 = s.f32, .accumulate = s.acc},
-                            nullptr);
-            });
-            const double bytes = 2.0 * w_elems + 2.0 * t * s.k + double(t) * s.n * (s.f32 ? 4 : 2) * (s.acc ? 2 : 1);
-            const std::string what = std::string("linear ") + s.name + " T=" + std::to_string(t);
-            bench::report(what.c_str(), us, bytes, 2.0 * t * double(w_elems));
+            for (const cuda::LinearPath path : {cuda::LinearPath::blas, cuda::LinearPath::gemv}) {
+                if (path == cuda::LinearPath::gemv && t > cuda::kGemvMaxTokens) continue;
+                const double us = bench::time_us([&](int i) {
+                    blas.linear({.y = y.get(), .x = x.get(), .w = w.get() + (i % copies) * w_elems,
+                                 .bias = s.bias ? b.get() : nullptr, .n_tokens = t, .n_out = s.n, .n_in = s.k,
+                                 .y_f32 = s.f32, .accumulate = s.acc, .path = path},
+                                nullptr);
+                });
+                const double bytes =
+                    2.0 * w_elems + 2.0 * t * s.k + double(t) * s.n * (s.f32 ? 4 : 2) * (s.acc ? 2 : 1);
+                const std::string what = std::string("linear ") + s.name + " T=" + std::to_string(t) +
+                                         (path == cuda::LinearPath::gemv ? " gemv" : " cublasLt");
+                bench::report(what.c_str(), us, bytes, 2.0 * t * double(w_elems));
+            }
         }
     }
     return 0;

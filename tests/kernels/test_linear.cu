@@ -16,6 +16,7 @@ struct LinearCase {
     bool f32 = false;
     bool accumulate = false;
     int ldx = 0, ldy = 0;
+    cuda::LinearPath path = cuda::LinearPath::automatic;
 };
 
 void run_case(const LinearCase& c) {
@@ -41,7 +42,7 @@ void run_case(const LinearCase& c) {
     cuda::Blas blas;
     cuda::LinearArgs a{.x = d_x.get(), .w = d_w.get(), .bias = !c.bias ? nullptr : c.f32 ? (const void*)d_bf.get() : (const void*)d_b.get(), .n_tokens = c.t,
                        .n_out = c.n, .n_in = c.k, .ldx = c.ldx, .ldy = c.ldy, .y_f32 = c.f32,
-                       .accumulate = c.accumulate};
+                       .accumulate = c.accumulate, .path = c.path};
     std::vector<float> got(size_t(c.t) * c.n);
     std::vector<double> ref(want.size());
     if (c.f32) {
@@ -94,6 +95,26 @@ TEST(cuda_linear, rejects_accumulate_into_bf16) {
 TEST(cuda_linear, router_shape_f32) { run_case({.t = 300, .n = 128, .k = 2880, .f32 = true}); }
 TEST(cuda_linear, strided_rows) { run_case({.t = 6, .n = 96, .k = 64, .ldx = 80, .ldy = 112}); }
 TEST(cuda_linear, unembedding_f32) { run_case({.t = 2, .n = 201088, .k = 2880, .bias = false, .f32 = true}); }
+
+// Both paths on the decode shapes (automatic picks GEMV for <= kGemvMaxTokens tokens).
+constexpr auto kBlas = cuda::LinearPath::blas;
+constexpr auto kGemv = cuda::LinearPath::gemv;
+TEST(cuda_linear, blas_qkv_decode) { run_case({.t = 1, .n = 5120, .k = 2880, .path = kBlas}); }
+TEST(cuda_linear, gemv_one_token) { run_case({.t = 1, .n = 5120, .k = 2880, .path = kGemv}); }
+TEST(cuda_linear, gemv_three_tokens_short_row) { run_case({.t = 3, .n = 13, .k = 8, .path = kGemv}); }
+TEST(cuda_linear, gemv_max_tokens_f32_residual) {
+    run_case({.t = cuda::kGemvMaxTokens, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .path = kGemv});
+}
+TEST(cuda_linear, gemv_router_f32) { run_case({.t = 4, .n = 32, .k = 2880, .f32 = true, .path = kGemv}); }
+TEST(cuda_linear, gemv_strided) { run_case({.t = 5, .n = 100, .k = 64, .ldx = 72, .ldy = 130, .path = kGemv}); }
+TEST(cuda_linear, gemv_rejects_too_many_tokens) {
+    cuda::Blas blas;
+    cuda::DeviceBuffer<bf16> x(64 * 16), w(64 * 16), y(64 * 16);
+    EXPECT_THROW(blas.linear({.y = y.get(), .x = x.get(), .w = w.get(), .n_tokens = cuda::kGemvMaxTokens + 1,
+                              .n_out = 8, .n_in = 64, .path = kGemv},
+                             nullptr),
+                 Error);
+}
 
 TEST(cuda_linear, rejects_empty_shape) {
     cuda::Blas blas;

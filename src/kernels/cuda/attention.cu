@@ -24,7 +24,18 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
         n_decode_tokens += s.n_tokens == 1;
     }
     // Splits per decode token: enough to fill target_ctas, never below kMinKeysPerSplit keys each.
-    const int want_splits = std::max(1, target_ctas / std::max(1, n_decode_tokens * n_kv_heads));
+    int want_splits = std::max(1, target_ctas / std::max(1, n_decode_tokens * n_kv_heads));
+    if (fixed_splits) {
+        int needed = 1;  // splits the longest decode context can use
+        for (const AttnSlice& s : slices) {
+            if (s.n_tokens != 1) continue;
+            const int lo = std::max(s.first_key, window ? s.start_pos - window + 1 : 0);
+            needed = std::max(needed, (s.start_pos + 1 - lo + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+        }
+        int pow2 = 1;
+        while (pow2 < needed) pow2 *= 2;
+        want_splits = std::min(want_splits, pow2);
+    }
     for (const AttnSlice& s : slices) {
         AttnItem base{};
         base.slice_first_token = s.first_token;

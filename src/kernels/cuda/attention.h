@@ -77,8 +77,9 @@ struct AttnPlan {
 // window: 0 for full causal attention, else the sliding window (keys p - window + 1 .. p).
 // target_ctas: how many CTAs decode items should fill (e.g. 2 x SM count); splits are made only
 // while the grid is smaller than that. fixed_splits: every decode token gets the same number of
-// splits whatever its context (some may be empty), so that a decode step's grid sizes depend only
-// on its batch size and the step can be replayed from a CUDA graph.
+// splits (some may be empty): the power of two at or above what the longest context needs, capped
+// by the target, so that a decode step's grid sizes change only when a context crosses a power of
+// two and the step can be replayed from a CUDA graph keyed by those sizes.
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
                         bool fixed_splits = false);
 

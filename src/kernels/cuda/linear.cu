@@ -7,7 +7,11 @@
 
 #include <memory>
 
+#include <cuda_bf16.h>
+
 #include "core/log.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dispatch.h"
 
 #define CUBLAS_CHECK(expr)                                                                          \
     do {                                                                                            \
@@ -21,6 +25,66 @@
     } while (0)
 
 namespace osprey::cuda {
+
+namespace {
+
+// GEMV for few tokens: one warp per output feature n streams W's row once (16-byte loads, four in
+// flight per lane) and dots it with the kT token rows of x (read through L1: x is tiny); FP32
+// accumulation, a warp reduction, then bias / residual / rounding in the epilogue.
+constexpr int kGemvWarps = 8;
+constexpr int kGemvUnroll = 4;
+
+template <int kT, bool kF32>
+__global__ void __launch_bounds__(kGemvWarps * kWarpSize) gemv_kernel(const LinearArgs a, int ldx, int ldy) {
+    const int lane = threadIdx.x % kWarpSize;
+    const int n = blockIdx.x * kGemvWarps + threadIdx.x / kWarpSize;
+    if (n >= a.n_out) return;
+    const uint4* w = reinterpret_cast<const uint4*>(a.w + size_t(n) * a.n_in);
+    const int n_vec = a.n_in / 8;
+    float acc[kT];
+#pragma unroll
+    for (int t = 0; t < kT; ++t) acc[t] = 0.f;
+    for (int base = lane; base < n_vec; base += kWarpSize * kGemvUnroll) {
+        uint4 wv[kGemvUnroll];
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+            const int v = base + u * kWarpSize;
+            wv[u] = v < n_vec ? __ldcs(w + v) : make_uint4(0, 0, 0, 0);  // streamed once: evict first
+        }
+#pragma unroll
+        for (int u = 0; u < kGemvUnroll; ++u) {
+            const int v = base + u * kWarpSize;
+            if (v >= n_vec) break;
+            float wf[8];
+            bf16x8_to_float(wv[u], wf);
+#pragma unroll
+            for (int t = 0; t < kT; ++t) {
+                if (t >= a.n_tokens) break;
+                float xf[8];
+                bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(a.x + size_t(t) * ldx) + v), xf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], xf[e], acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kT; ++t) acc[t] = warp_reduce_sum(acc[t]);
+    if (lane != 0) return;
+    for (int t = 0; t < a.n_tokens; ++t) {
+        if constexpr (kF32) {
+            float v = acc[t] + (a.bias ? static_cast<const float*>(a.bias)[n] : 0.f);
+            float* y = static_cast<float*>(a.y) + size_t(t) * ldy + n;
+            *y = a.accumulate ? *y + v : v;
+        } else {
+            const float b = a.bias ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[n]) : 0.f;
+            static_cast<__nv_bfloat16*>(a.y)[size_t(t) * ldy + n] = __float2bfloat16_rn(acc[t] + b);
+        }
+    }
+}
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+}  // namespace
 
 struct Blas::Plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -95,6 +159,22 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(!a.accumulate || a.y_f32, "linear: accumulating into a bf16 output is not supported (f32 only)");
     OSPREY_CHECK((a.ldx == 0 || a.ldx >= a.n_in) && (a.ldy == 0 || a.ldy >= a.n_out),
                  "linear: row stride smaller than the row (ldx ", a.ldx, ", ldy ", a.ldy, ")");
+    const int ldx = a.ldx ? a.ldx : a.n_in, ldy = a.ldy ? a.ldy : a.n_out;
+    const bool gemv_ok = a.n_tokens <= kGemvMaxTokens && a.n_in % 8 == 0 && ldx % 8 == 0 && aligned16(a.x) &&
+                         aligned16(a.w);
+    OSPREY_CHECK(a.path != LinearPath::gemv || gemv_ok, "linear: the GEMV path needs <= ", kGemvMaxTokens,
+                 " tokens, K and ldx multiples of 8 and 16-byte aligned x, W (T=", a.n_tokens, ", K=", a.n_in, ")");
+    if (a.path == LinearPath::gemv || (a.path == LinearPath::automatic && gemv_ok)) {
+        const dim3 grid((a.n_out + kGemvWarps - 1) / kGemvWarps);
+        const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
+        dispatch_int<1, 2, 4, 8>("gemv tokens", t_case, [&]<int kT>() {
+            dispatch_bool(a.y_f32, [&]<bool kF32>() {
+                gemv_kernel<kT, kF32><<<grid, kGemvWarps * kWarpSize, 0, stream>>>(a, ldx, ldy);
+            });
+        });
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     Plan& p = plan_for(a);
     // The bias pointer is set per call (plans are shared by all layers of one shape).
     if (a.bias) {

@@ -16,6 +16,11 @@ struct cublasLtContext;
 
 namespace osprey::cuda {
 
+// Which implementation runs: cuBLASLt, or our GEMV kernel for decode-sized batches, where
+// cuBLASLt's kernels reach only ~30-37% of HBM bandwidth on gpt-oss's shapes (bench_linear).
+enum class LinearPath { automatic, blas, gemv };
+inline constexpr int kGemvMaxTokens = 8;  // automatic: GEMV when n_tokens <= this (and K % 8 == 0)
+
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
     const bf16* x = nullptr;      // [T, ldx] bf16
@@ -28,6 +33,7 @@ struct LinearArgs {
     int ldy = 0;                  // row stride of y in elements (0: N)
     bool y_f32 = false;           // output f32 instead of bf16
     bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
+    LinearPath path = LinearPath::automatic;
 };
 
 // One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen

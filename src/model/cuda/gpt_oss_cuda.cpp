@@ -320,11 +320,12 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     Step step;
     prepare(batch, step);
     if (step.graph_key_ok) {
-        auto it = graphs_.find(step.n_tokens);
+        const auto key = std::make_tuple(step.n_tokens, step.plan_full.n_decode, step.plan_window.n_decode);
+        auto it = graphs_.find(key);
         if (it == graphs_.end()) {
             cuda::Graph g;
             g.capture(stream_, [&] { run_step(step); });
-            it = graphs_.emplace(step.n_tokens, std::move(g)).first;
+            it = graphs_.emplace(key, std::move(g)).first;
         }
         it->second.replay(stream_);
     } else {

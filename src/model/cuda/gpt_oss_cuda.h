@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cuda/attention.h"
@@ -99,7 +100,8 @@ private:
     cuda::PinnedBuffer<uint8_t> meta_host_;
     cuda::DeviceBuffer<uint8_t> meta_device_;
 
-    std::map<int, cuda::Graph> graphs_;  // decode-only steps, by batch size
+    // Decode-only steps, by (batch size, full-layer attention items, window attention items).
+    std::map<std::tuple<int, int, int>, cuda::Graph> graphs_;
     int n_logit_rows_ = 0;
     CudaDumpFn dump_;
 };
