@@ -106,6 +106,16 @@ TEST(reference, replay_into_a_reused_window_slot_never_reads_stale_rows) {
     for (float v : reused) ASSERT_TRUE(std::isfinite(v));
 }
 
+TEST(reference, original_layout_gives_the_same_logits) {
+    // OpenAI's original/ layout (fused qkv, other names) of the same seed is the same model.
+    const auto tokens = prompt(20, 4);
+    CpuReference original(Weights::load(
+        test::synthetic_checkpoint("small-original", test::small_config(), kSeed, Layout::original)));
+    original.allocate_kv({.page_size = kPageSize, .n_pages = 8, .n_window_slots = 1});
+    Seq s{.tokens = tokens, .pages = test::pages_from(0, 8)};
+    EXPECT_EQ(test::step(original, s, 20), logits_of_prefill(tokens, {20}));
+}
+
 TEST(reference, dump_hook_sees_every_step) {
     CpuReference ref = make_reference();
     std::map<std::pair<std::string, int>, size_t> seen;

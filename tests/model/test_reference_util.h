@@ -15,8 +15,10 @@
 
 namespace osprey::model::test {
 
-// Writes (once per process and name) a synthetic checkpoint of `config` with `seed`; removed at exit.
-inline std::filesystem::path synthetic_checkpoint(const std::string& name, const Config& config, uint64_t seed) {
+// Writes (once per process and name) a synthetic checkpoint of `config` with `seed` in `layout`;
+// removed at exit.
+inline std::filesystem::path synthetic_checkpoint(const std::string& name, const Config& config, uint64_t seed,
+                                                  Layout layout = Layout::hf) {
     struct Dirs {
         std::map<std::string, std::filesystem::path> made;
         ~Dirs() {
@@ -34,6 +36,7 @@ inline std::filesystem::path synthetic_checkpoint(const std::string& name, const
     SyntheticOptions o;
     o.seed = seed;
     o.out = dir;
+    o.layout = layout;
     write_synthetic_checkpoint(config, o);
     dirs.made[name] = dir;
     return dir;
