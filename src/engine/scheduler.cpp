@@ -85,9 +85,9 @@ StepPlan Scheduler::schedule() {
     StepPlan plan;
     sort_queues();
     int budget = options_.max_batch_tokens;
-    std::vector<Sequence*> scheduled;
+    ++step_;
     std::vector<Sequence*> preempted;  // not readmitted in the step that preempted them
-    auto is_scheduled = [&](const Sequence* s) { return std::find(scheduled.begin(), scheduled.end(), s) != scheduled.end(); };
+    auto is_scheduled = [&](const Sequence* s) { return s->scheduled_step == step_; };
 
     // Frees pages until `need` are available by preempting the lowest-ranked running sequences
     // not yet in this step. The scan from the bottom reaches `seq` before anything ranked above
@@ -122,7 +122,7 @@ StepPlan Scheduler::schedule() {
         }
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         add_chunk(plan, seq, 1);
-        scheduled.push_back(seq);
+        seq->scheduled_step = step_;
         budget -= 1;
     }
 
@@ -144,7 +144,7 @@ StepPlan Scheduler::schedule() {
         const int need = pages_for(seq->n_computed + n) - int(seq->pages.size());
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         add_chunk(plan, seq, n);
-        scheduled.push_back(seq);
+        seq->scheduled_step = step_;
         budget -= n;
     }
 

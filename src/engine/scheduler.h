@@ -93,6 +93,7 @@ private:
     std::vector<Sequence*> waiting_;  // sorted by (priority desc, uid) when scheduling
     std::vector<Sequence*> running_;
     uint64_t next_uid_ = 1;
+    uint64_t step_ = 0;  // schedule() calls, to mark the sequences of the current step
     SchedulerCounters counters_;
 };
 

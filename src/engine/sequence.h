@@ -45,6 +45,7 @@ struct Sequence {
     // through the prefix cache. 0 when not waiting for anyone.
     uint64_t leader_uid = 0;
 
+    uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;  // prefix hit at first admission (usage), -1 before admission
     int n_preemptions = 0;
 
