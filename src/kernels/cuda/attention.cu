@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/runtime.h"
@@ -93,6 +94,7 @@ constexpr size_t smem_bytes() {
     return sizeof(float) * (size_t(kQ) * kAttnGroup * kD + kAttnKeyTile * kKStride + kAttnKeyTile * kD);
 }
 
+// The decode kernel (kQ = 1; prefill items run on tensor cores in attention_prefill.cu).
 // One CTA = one item x one KV head: kQ query tokens x kGroup heads = kRows query rows. Warp w owns
 // rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); within a key tile lane l scores keys l and l + 32
 // and accumulates output dims 2l, 2l + 1.
@@ -274,8 +276,6 @@ void attention_configure() {
     static const bool done = [] {
         CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(smem_bytes<1>())));
-        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kPrefillTokens>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_bytes<kPrefillTokens>())));
         return true;
     }();
     (void)done;
@@ -295,7 +295,7 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     OSPREY_CHECK(a.ring || a.page_table, "attention: paged layer without a page table");
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
     launch_items<1>(a, plan.decode, plan.n_decode, stream);
-    launch_items<kPrefillTokens>(a, plan.prefill, plan.n_prefill, stream);
+    attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // tensor cores (attention_prefill.cu)
     if (plan.n_merges > 0) {
         attention_merge_kernel<<<dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream>>>(a, plan.merges);
         CUDA_CHECK(cudaGetLastError());

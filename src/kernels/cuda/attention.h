@@ -17,8 +17,9 @@
 // Work decomposition (plan_attention): a decode token (slice of one token) is one item per KV
 // head and KV split; long contexts are split over the KV length so that the grid fills the GPU,
 // each split writes an unnormalised partial (running max, sum, accumulator) and a merge kernel
-// combines the partials, adding the sink's exp(s - m) to the denominator exactly once. Prefill
-// slices are cut into items of kPrefillTokens consecutive query tokens (no split).
+// combines the partials, adding the sink's exp(s - m) to the denominator exactly once (FP32 SIMT
+// kernel). Prefill slices are cut into items of kPrefillTokens consecutive query tokens (no split),
+// run on tensor cores (attention_prefill.h).
 #pragma once
 
 #include <cuda_runtime.h>

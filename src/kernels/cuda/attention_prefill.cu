@@ -1,0 +1,230 @@
+#include "kernels/cuda/attention_prefill.h"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace osprey::cuda {
+namespace {
+
+constexpr int kThreads = 128;                       // 4 warps x 16 query rows
+constexpr int kD = kAttnHeadDim;                    // 64
+constexpr int kRows = kPrefillTokens * kAttnGroup;  // 64 query rows per CTA
+constexpr int kTile = kAttnKeyTile;                 // 64 keys per tile
+constexpr int kStride = kD + 8;                     // bf16 per smem row: 144 bytes, ldmatrix conflict-free
+static_assert(kRows == 4 * 16 && kD == 64 && kTile == 64);
+
+__device__ inline uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+
+// c[16x8] += a[16x16] · b[16x8], BF16 in, FP32 accumulate.
+__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline void cp_async16(void* smem, const void* gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Row r of the CTA is query token r / 8 (of the item) and head g * 8 + r % 8. Warp w owns rows
+// [16w, 16w + 16) = tokens 2w (fragment rows 0-7) and 2w + 1 (rows 8-15), all 8 heads each.
+__global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const AttnArgs a, const AttnItem* items) {
+    __shared__ alignas(16) __nv_bfloat16 q_s[kRows * kStride];
+    __shared__ alignas(16) __nv_bfloat16 k_s[kTile * kStride];
+    __shared__ alignas(16) __nv_bfloat16 v_s[kTile * kStride];
+
+    const AttnItem it = items[blockIdx.x];
+    const int g = blockIdx.y;
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const __nv_bfloat16* qkv = reinterpret_cast<const __nv_bfloat16*>(a.qkv);
+
+    // Query rows into shared memory, scaled by 1/sqrt(64) = 0.125 (exact in bf16).
+    for (int idx = threadIdx.x; idx < kRows * kD / 8; idx += kThreads) {
+        const int r = idx / (kD / 8), part = idx % (kD / 8);
+        const int tq = r / kAttnGroup, h = r % kAttnGroup;
+        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (tq < it.n_q) {
+            bf16x8_to_float(*reinterpret_cast<const uint4*>(qkv + size_t(it.q_token + tq) * a.ld_qkv +
+                                                            (g * kAttnGroup + h) * kD + part * 8),
+                            f);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] *= 0.125f;
+        }
+        *reinterpret_cast<uint4*>(&q_s[r * kStride + part * 8]) = float_to_bf16x8(f);
+    }
+    __syncthreads();
+
+    // Q fragments of this warp's 16 rows, 4 k-steps of 16 dims.
+    uint32_t qf[4][4];
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+        ldmatrix_x4(qf[ks], &q_s[(warp * 16 + lane % 16) * kStride + ks * 16 + (lane / 16) * 8]);
+
+    const int row0 = lane / 4;                     // fragment rows row0 (token 2w) and row0 + 8 (token 2w + 1)
+    const int p_a = it.pos0 + 2 * warp, p_b = p_a + 1;  // their positions
+    const bool live_a = 2 * warp < it.n_q, live_b = 2 * warp + 1 < it.n_q;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+    float o[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+
+    const int k_col = a.n_q_heads * kD + g * kD;
+    const int v_col = (a.n_q_heads + a.n_kv_heads) * kD + g * kD;
+    const __nv_bfloat16* k_cache = reinterpret_cast<const __nv_bfloat16*>(a.k_cache);
+    const __nv_bfloat16* v_cache = reinterpret_cast<const __nv_bfloat16*>(a.v_cache);
+
+    for (int kt = it.key_begin; kt < it.key_end; kt += kTile) {
+        __syncthreads();  // the previous tile is consumed
+        for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += kThreads) {
+            const int key = idx / (kD / 8), part = idx % (kD / 8);
+            const int j = kt + key;
+            __nv_bfloat16* ks = &k_s[key * kStride + part * 8];
+            __nv_bfloat16* vs = &v_s[key * kStride + part * 8];
+            if (j < it.key_end) {
+                const __nv_bfloat16 *kp, *vp;
+                if (j >= it.slice_start_pos) {
+                    const size_t row = size_t(it.slice_first_token + j - it.slice_start_pos) * a.ld_qkv;
+                    kp = qkv + row + k_col, vp = qkv + row + v_col;
+                } else {
+                    const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
+                    const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD;
+                    kp = k_cache + off, vp = v_cache + off;
+                }
+                cp_async16(ks, kp + part * 8);
+                cp_async16(vs, vp + part * 8);
+            } else {
+                *reinterpret_cast<uint4*>(ks) = make_uint4(0, 0, 0, 0);
+                *reinterpret_cast<uint4*>(vs) = make_uint4(0, 0, 0, 0);
+            }
+        }
+        cp_async_wait_all();
+        __syncthreads();
+
+        // S = Q · Kᵀ for 64 keys: 8 n-tiles of 8 keys.
+        float s[8][4];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {  // pairs of n-tiles
+                uint32_t b[4];
+                const int i = lane / 8;
+                ldmatrix_x4(b, &k_s[(np * 16 + (i / 2) * 8 + lane % 8) * kStride + ks * 16 + (i % 2) * 8]);
+                mma_bf16(s[2 * np], qf[ks], b[0], b[1]);
+                mma_bf16(s[2 * np + 1], qf[ks], b[2], b[3]);
+            }
+        }
+
+        // Mask, online softmax (rows a = token 2w, b = token 2w + 1; a quad shares a row).
+        float tmax_a = -INFINITY, tmax_b = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = kt + nt * 8 + 2 * (lane % 4) + e;
+                const bool in = j < it.key_end;
+                const bool ok_a = live_a && in && j <= p_a && (a.window == 0 || p_a - j < a.window);
+                const bool ok_b = live_b && in && j <= p_b && (a.window == 0 || p_b - j < a.window);
+                s[nt][e] = ok_a ? s[nt][e] : -INFINITY;
+                s[nt][2 + e] = ok_b ? s[nt][2 + e] : -INFINITY;
+                tmax_a = fmaxf(tmax_a, s[nt][e]);
+                tmax_b = fmaxf(tmax_b, s[nt][2 + e]);
+            }
+        }
+#pragma unroll
+        for (int o2 = 1; o2 <= 2; o2 *= 2) {
+            tmax_a = fmaxf(tmax_a, __shfl_xor_sync(0xffffffffu, tmax_a, o2));
+            tmax_b = fmaxf(tmax_b, __shfl_xor_sync(0xffffffffu, tmax_b, o2));
+        }
+        const float mn_a = fmaxf(m_a, tmax_a), mn_b = fmaxf(m_b, tmax_b);
+        const float base_a = mn_a == -INFINITY ? 0.f : mn_a, base_b = mn_b == -INFINITY ? 0.f : mn_b;
+        const float corr_a = expf(m_a - base_a), corr_b = expf(m_b - base_b);
+        m_a = mn_a, m_b = mn_b;
+        float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            s[nt][0] = expf(s[nt][0] - base_a), s[nt][1] = expf(s[nt][1] - base_a);
+            s[nt][2] = expf(s[nt][2] - base_b), s[nt][3] = expf(s[nt][3] - base_b);
+            sum_a += s[nt][0] + s[nt][1], sum_b += s[nt][2] + s[nt][3];
+            o[nt][0] *= corr_a, o[nt][1] *= corr_a, o[nt][2] *= corr_b, o[nt][3] *= corr_b;
+        }
+        l_a = l_a * corr_a + sum_a;  // per-thread partial sums; the quad is reduced at the end
+        l_b = l_b * corr_b + sum_b;
+
+        // O += P · V: P (bf16) from the S fragments, 4 k-steps of 16 keys; V via transposed loads.
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < 4; ++dp) {  // pairs of 8-dim output tiles
+                uint32_t b[4];
+                const int i = lane / 8;
+                ldmatrix_x4_trans(b, &v_s[(kk * 16 + (i % 2) * 8 + lane % 8) * kStride + dp * 16 + (i / 2) * 8]);
+                mma_bf16(o[2 * dp], pa, b[0], b[1]);
+                mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+            }
+        }
+    }
+
+#pragma unroll
+    for (int o2 = 1; o2 <= 2; o2 *= 2) {
+        l_a += __shfl_xor_sync(0xffffffffu, l_a, o2);
+        l_b += __shfl_xor_sync(0xffffffffu, l_b, o2);
+    }
+    const int head = g * kAttnGroup + row0;
+    const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        if (!(half == 0 ? live_a : live_b)) continue;
+        const float m = half == 0 ? m_a : m_b, l = half == 0 ? l_a : l_b;
+        const float mf = fmaxf(m, sink);
+        const float keep = expf(m - mf);
+        const float scale = keep / (l * keep + expf(sink - mf));
+        bf16* out_row = a.out + size_t(it.q_token + 2 * warp + half) * a.ld_out + head * kD;
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+            *reinterpret_cast<uint32_t*>(out_row + nt * 8 + 2 * (lane % 4)) =
+                pack_bf16(o[nt][2 * half] * scale, o[nt][2 * half + 1] * scale);
+        }
+    }
+}
+
+}  // namespace
+
+void attention_prefill(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
+    if (n_items == 0) return;
+    OSPREY_CHECK(a.n_q_heads == a.n_kv_heads * kAttnGroup && a.head_dim == kAttnHeadDim,
+                 "attention_prefill: compiled for head_dim ", kAttnHeadDim, " and a group of ", kAttnGroup);
+    attention_prefill_kernel<<<dim3(n_items, a.n_kv_heads), kThreads, 0, stream>>>(a, items);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace osprey::cuda
