@@ -8,7 +8,6 @@
 namespace osprey::tok {
 namespace {
 
-constexpr uint64_t kEmptyPair = ~uint64_t(0);
 // Pieces up to this many bytes use the quadratic array merge (what tiktoken does for every piece);
 // longer ones use a heap so that a megabyte of one script without spaces stays linear-logarithmic.
 constexpr size_t kShortPiece = 128;
@@ -37,9 +36,17 @@ inline uint64_t hash_bytes(std::string_view s) {
 
 inline uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
 
-size_t table_size(size_t n) {
+// First (up to) 8 bytes, zero padded.
+inline uint64_t prefix_of(std::string_view s) {
+    uint64_t w = 0;
+    std::memcpy(&w, s.data(), std::min<size_t>(8, s.size()));
+    return w;
+}
+
+// Smallest power of two ≥ 1024 holding n entries at the given maximum load.
+size_t table_size(size_t n, double max_load) {
     size_t cap = 1024;
-    while (cap < 2 * n) cap <<= 1;
+    while (double(n) > max_load * double(cap)) cap <<= 1;
     return cap;
 }
 
@@ -47,19 +54,17 @@ size_t table_size(size_t n) {
 
 Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
     std::fill(std::begin(byte_rank_), std::end(byte_rank_), -1);
-    by_bytes_.assign(table_size(tokens_.size()), 0);
+    by_bytes_.assign(table_size(tokens_.size(), 0.5), BytesSlot{});
     const size_t mask = by_bytes_.size() - 1;
     for (size_t r = 0; r < tokens_.size(); ++r) {
         const std::string& t = tokens_[r];
         OSPREY_CHECK(!t.empty(), "token with rank ", r, " is empty");
+        const auto existing = rank_of(t);
+        OSPREY_CHECK(!existing, "ranks ", existing.value_or(0), " and ", r, " have the same bytes");
         max_token_len_ = std::max(max_token_len_, t.size());
         size_t slot = hash_bytes(t) & mask;
-        while (by_bytes_[slot] != 0) {
-            OSPREY_CHECK(tokens_[by_bytes_[slot] - 1] != t, "ranks ", by_bytes_[slot] - 1, " and ", r,
-                         " have the same bytes");
-            slot = (slot + 1) & mask;
-        }
-        by_bytes_[slot] = uint32_t(r + 1);
+        while (by_bytes_[slot].rank >= 0) slot = (slot + 1) & mask;
+        by_bytes_[slot] = {prefix_of(t), uint32_t(t.size()), int32_t(r)};
         if (t.size() == 1) byte_rank_[uint8_t(t[0])] = int32_t(r);
     }
     for (int b = 0; b < 256; ++b) OSPREY_CHECK(byte_rank_[b] >= 0, "no token for the single byte ", b);
@@ -76,35 +81,36 @@ Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
             if (b) pairs.emplace_back(pair_key(*a, *b), int32_t(r));
         }
     }
-    pair_keys_.assign(table_size(pairs.size()), kEmptyPair);
-    pair_ranks_.assign(pair_keys_.size(), -1);
-    const size_t pmask = pair_keys_.size() - 1;
+    pairs_.assign(table_size(pairs.size(), 0.6), PairSlot{});
+    const size_t pmask = pairs_.size() - 1;
     for (const auto& [key, rank] : pairs) {
         size_t slot = mix(key) & pmask;
-        while (pair_keys_[slot] != kEmptyPair) slot = (slot + 1) & pmask;
-        pair_keys_[slot] = key;
-        pair_ranks_[slot] = rank;
+        while (pairs_[slot].rank >= 0) slot = (slot + 1) & pmask;
+        pairs_[slot] = {key, rank, 0};
     }
 }
 
 std::optional<int32_t> Bpe::rank_of(std::string_view bytes) const {
     if (bytes.size() > max_token_len_ || bytes.empty()) return std::nullopt;
+    const uint64_t prefix = prefix_of(bytes);
     const size_t mask = by_bytes_.size() - 1;
     for (size_t slot = hash_bytes(bytes) & mask;; slot = (slot + 1) & mask) {
-        const uint32_t v = by_bytes_[slot];
-        if (v == 0) return std::nullopt;
-        const std::string& t = tokens_[v - 1];
-        if (t.size() == bytes.size() && std::memcmp(t.data(), bytes.data(), t.size()) == 0) return int32_t(v - 1);
+        const BytesSlot& s = by_bytes_[slot];
+        if (s.rank < 0) return std::nullopt;
+        if (s.prefix != prefix || s.len != bytes.size()) continue;
+        if (bytes.size() <= 8) return s.rank;
+        const std::string& t = tokens_[size_t(s.rank)];
+        if (std::memcmp(t.data() + 8, bytes.data() + 8, bytes.size() - 8) == 0) return s.rank;
     }
 }
 
 int32_t Bpe::merged_rank(int32_t a, int32_t b) const {
     const uint64_t key = pair_key(a, b);
-    const size_t mask = pair_keys_.size() - 1;
+    const size_t mask = pairs_.size() - 1;
     for (size_t slot = mix(key) & mask;; slot = (slot + 1) & mask) {
-        const uint64_t k = pair_keys_[slot];
-        if (k == key) return pair_ranks_[slot];
-        if (k == kEmptyPair) return -1;
+        const PairSlot& s = pairs_[slot];
+        if (s.key == key) return s.rank;
+        if (s.rank < 0) return -1;
     }
 }
 

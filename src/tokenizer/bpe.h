@@ -30,14 +30,24 @@ private:
     void merge_short(std::string_view piece, std::vector<int32_t>& out) const;
     void merge_long(std::string_view piece, std::vector<int32_t>& out) const;
 
+    // Hash slot for a byte string: its first 8 bytes packed (zero padded), length and rank, so that
+    // tokens of up to 8 bytes (most of them) are compared without touching tokens_.
+    struct BytesSlot {
+        uint64_t prefix = 0;
+        uint32_t len = 0;
+        int32_t rank = -1;  // -1: empty
+    };
+    struct PairSlot {
+        uint64_t key = ~uint64_t(0);  // a << 32 | b; ~0: empty
+        int32_t rank = -1;
+        int32_t unused = 0;
+    };
+
     std::vector<std::string> tokens_;  // [n_tokens] bytes of each rank
     size_t max_token_len_ = 0;
     int32_t byte_rank_[256];
-    // Open addressing, linear probing: rank + 1 per slot, 0 = empty.
-    std::vector<uint32_t> by_bytes_;  // [power of two ≥ 2 n_tokens]
-    // (a << 32 | b) -> rank of the concatenation, open addressing; key ~0 = empty.
-    std::vector<uint64_t> pair_keys_;   // [power of two]
-    std::vector<int32_t> pair_ranks_;   // [same]
+    std::vector<BytesSlot> by_bytes_;  // [power of two ≥ 2 n_tokens], linear probing
+    std::vector<PairSlot> pairs_;      // [power of two ≥ 1.6 n_pairs], linear probing
 };
 
 }  // namespace osprey::tok
