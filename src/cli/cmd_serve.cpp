@@ -1,0 +1,221 @@
+// `osprey serve`: the OpenAI-compatible HTTP server (src/server) over the engine, on the CPU
+// reference backend (or the CUDA backend when built with it and a GPU is present). Without --model
+// it serves the built-in tiny model, created on first use like `osprey generate` does.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cli/builtin_model.h"
+#include "cli/command.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "harmony/special_tokens.h"
+#include "model/gpt_oss_ref.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+#include "server/http_server.h"
+#include "server/openai_server.h"
+#include "server/scripted_runner.h"
+#include "tokenizer/tokenizer.h"
+#ifdef OSPREY_HAVE_CUDA
+#include "model/cuda/gpt_oss_cuda.h"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace osprey;
+
+constexpr const char* kHelp =
+    "usage: osprey serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY | --api-key-file FILE]\n"
+    "                    [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
+    "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
+    "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
+    "                    [--max-body-bytes N] [--no-prefix-caching]\n"
+    "\n"
+    "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
+    "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/models, /health, /metrics,\n"
+    "and a chat page at /. Without --model, serves the built-in tiny model (random weights), written\n"
+    "on first use to $OSPREY_CACHE/tiny (default ~/.cache/osprey/tiny).\n"
+    "\n"
+    "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
+    "  --port N               TCP port (default 8000; 0 picks a free one)\n"
+    "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1 routes (also $OSPREY_API_KEY)\n"
+    "  --api-key-file FILE    the same, the key read from FILE (first line)\n"
+    "  --served-model-name    the model id clients send (default: the model folder's name)\n"
+    "  --max-model-len N      prompt + output tokens per request (default: the model's, capped by the KV cache)\n"
+    "  --max-num-seqs N       sequences running at once (default 64)\n"
+    "  --max-num-batched-tokens N  tokens per engine step (default 2048)\n"
+    "  --kv-cache-tokens N    cap the KV cache at N tokens\n"
+    "  --backend B            auto (CUDA when built with it and a GPU is present), cpu or cuda\n"
+    "  --threads N            CPU backend threads (default: all cores)\n"
+    "  --tokenizer FILE       tokenizer.json or o200k_base.tiktoken (default: from the model folder,\n"
+    "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
+    "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
+    "\n"
+    "Test only: $OSPREY_TEST_SCRIPT (Harmony text) makes every request generate exactly that text\n"
+    "through a scripted model backend, to test tool calls end to end.\n";
+
+std::string read_key_file(const std::string& path) {
+    std::ifstream in(path);
+    OSPREY_CHECK(in.good(), "--api-key-file: cannot read '", path, "'");
+    std::string key;
+    std::getline(in, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    OSPREY_CHECK(!key.empty(), "--api-key-file: '", path, "' holds no key on its first line");
+    return key;
+}
+
+int positive_flag(const cli::Args& args, const char* name, long long fallback, long long hi) {
+    const long long v = args.get_int(name, fallback);
+    OSPREY_CHECK(v >= 0 && v <= hi, "--", name, " must be in [0, ", hi, "], got ", v);
+    return int(v);
+}
+
+bool have_gpu() {
+    struct stat st{};
+    return ::stat("/dev/nvidia0", &st) == 0;
+}
+
+int run_serve(const std::vector<std::string>& argv) {
+    const cli::Args args(argv,
+                         {"model", "host", "port", "api-key", "api-key-file", "served-model-name", "max-model-len",
+                          "max-num-seqs", "max-num-batched-tokens", "kv-cache-tokens", "page-size", "backend",
+                          "threads", "tokenizer", "max-body-bytes"},
+                         {"help", "no-prefix-caching"});
+    if (args.has("help")) {
+        std::fputs(kHelp, stdout);
+        return 0;
+    }
+    OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
+                 args.positional().empty() ? "" : args.positional()[0], "'");
+    const auto t0 = std::chrono::steady_clock::now();
+
+    server::ServerOptions so;
+    OSPREY_CHECK(!(args.has("api-key") && args.has("api-key-file")), "give --api-key or --api-key-file, not both");
+    if (args.has("api-key")) {
+        so.api_key = args.get("api-key");
+        OSPREY_CHECK(!so.api_key.empty(), "--api-key is empty");
+    } else if (args.has("api-key-file")) {
+        so.api_key = read_key_file(args.get("api-key-file"));
+    } else if (const char* env = std::getenv("OSPREY_API_KEY"); env && *env) {
+        so.api_key = env;
+    }
+
+    engine::EngineOptions eo;
+    eo.max_model_len = positive_flag(args, "max-model-len", 0, 1 << 30);
+    eo.max_num_seqs = positive_flag(args, "max-num-seqs", eo.max_num_seqs, 1 << 16);
+    eo.max_batch_tokens = positive_flag(args, "max-num-batched-tokens", eo.max_batch_tokens, 1 << 24);
+    eo.max_kv_tokens = positive_flag(args, "kv-cache-tokens", 0, 1 << 30);
+    eo.page_size = positive_flag(args, "page-size", eo.page_size, 4096);
+    eo.enable_prefix_caching = !args.has("no-prefix-caching");
+    OSPREY_CHECK(eo.max_num_seqs >= 1 && eo.max_batch_tokens >= 1 && eo.page_size >= 1,
+                 "--max-num-seqs, --max-num-batched-tokens and --page-size must be >= 1");
+    const int threads = positive_flag(args, "threads", 0, 1024);
+    const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
+    OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ", max_body);
+    const std::string backend = args.get("backend", "auto");
+    OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
+                 backend, "'");
+
+    // The model and its tokenizer.
+    const char* script = std::getenv("OSPREY_TEST_SCRIPT");
+    const bool scripted = script && *script;
+    fs::path dir;
+    if (args.has("model")) {
+        dir = args.get("model");
+    } else if (!scripted) {
+        dir = cli::builtin_model_dir();
+    }
+    std::optional<tok::Tokenizer> tokenizer;
+    try {
+        tokenizer = args.has("tokenizer") ? tok::Tokenizer::from_file(args.get("tokenizer"))
+                                          : tok::Tokenizer::from_model_dir(dir);
+    } catch (const Error& e) {
+        OSPREY_FAIL("the server needs the o200k_harmony tokenizer: ", e.what(),
+                    " (pass --tokenizer FILE or set OSPREY_TIKTOKEN_FILE to o200k_base.tiktoken)");
+    }
+
+    std::optional<model::Weights> weights;  // outlives the runner (the CUDA runner reads it while loading)
+    std::unique_ptr<model::ModelRunner> runner;
+    std::string loaded;
+    if (scripted) {
+        const std::vector<int32_t> ids = tokenizer->encode(script, tok::Specials::allowed);
+        runner = std::make_unique<server::ScriptedRunner>(model::preset_config("tiny"), ids);
+        loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", ids.size(), " tokens)");
+        so.model_name = "osprey-scripted";
+    } else {
+        weights = model::Weights::load(dir);
+        const model::Config c = weights->config;
+        loaded = str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
+                     c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights->total_bytes() / (1 << 20), " MiB)");
+        [[maybe_unused]] bool cuda = backend == "cuda" || (backend == "auto" && have_gpu());
+#ifdef OSPREY_HAVE_CUDA
+        if (cuda) runner = std::make_unique<model::CudaRunner>(*weights, model::CudaRunnerOptions{});
+#else
+        OSPREY_CHECK(backend != "cuda", "--backend cuda: this osprey was built without CUDA");
+        cuda = false;
+#endif
+        if (!runner) runner = std::make_unique<model::CpuReference>(std::move(*weights), model::CpuReferenceOptions{.n_threads = threads});
+        std::string name = fs::absolute(dir).lexically_normal().filename().string();
+        so.model_name = name.empty() ? "osprey" : name;
+        so.model_path = fs::absolute(dir).lexically_normal().string();
+    }
+    if (args.has("served-model-name")) so.model_name = args.get("served-model-name");
+    OSPREY_CHECK(!so.model_name.empty(), "--served-model-name is empty");
+
+    engine::Engine engine(*runner, eo);
+    engine.start();
+    server::OpenAiServer api(engine, *tokenizer, so);
+    server::HttpServerOptions ho;
+    ho.host = args.get("host", "127.0.0.1");
+    ho.port = positive_flag(args, "port", 8000, 65535);
+    ho.limits.max_body_bytes = size_t(max_body);
+    ho.error_response = server::OpenAiServer::transport_error;
+    server::HttpServer http(ho, [&api](const server::HttpRequest& r) { return api.handle(r); });
+
+    // SIGINT / SIGTERM stop the loop (a thread waits for them; the handlers stay default elsewhere).
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    std::thread waiter([&http, signals] {
+        int sig = 0;
+        sigwait(&signals, &sig);
+        http.stop();
+    });
+
+    const engine::EngineStats stats = engine.stats();
+    const double startup = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("osprey serve: model %s\n", loaded.c_str());
+    std::printf("  backend %s; served as '%s'\n", runner->name().c_str(), so.model_name.c_str());
+    std::printf("  KV cache: %lld tokens (%d pages of %d), max %d sequences, max_model_len %d\n",
+                static_cast<long long>(stats.kv_capacity_tokens), stats.n_pages, stats.page_size, eo.max_num_seqs,
+                engine.max_model_len());
+    std::printf("  API key %s; started in %.2f s\n", so.api_key.empty() ? "off" : "required", startup);
+    const std::string shown_host = ho.host.find(':') != std::string::npos ? "[" + ho.host + "]" : ho.host;
+    std::printf("  listening on http://%s:%d  (chat page at /, API under /v1)\n", shown_host.c_str(), http.port());
+    std::fflush(stdout);
+
+    http.run();
+    std::printf("osprey serve: shutting down\n");
+    std::fflush(stdout);
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    engine.stop();
+    return 0;
+}
+
+}  // namespace
+
+OSPREY_COMMAND(serve, "OpenAI-compatible HTTP server (chat, completions, responses, metrics, chat page)", run_serve);

@@ -1,0 +1,283 @@
+// POST /v1/chat/completions: Harmony prompt in, reasoning / content / tool calls out, streamed over
+// SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: chat_output.cpp.
+#include <optional>
+
+#include "core/log.h"
+#include "harmony/render.h"
+#include "harmony/special_tokens.h"
+#include "server/api_error.h"
+#include "server/chat_output.h"
+#include "server/chat_request.h"
+#include "server/generation_job.h"
+#include "server/routes.h"
+
+namespace osprey::server {
+
+void check_model(const ServerContext& ctx, const std::string& model) {
+    if (model != ctx.options.model_name)
+        throw ApiError(404, "The model '" + model.substr(0, 200) + "' does not exist; this server serves '" +
+                                ctx.options.model_name + "'",
+                       "model", "model_not_found");
+}
+
+std::shared_ptr<engine::RequestStream> submit(ServerContext& ctx, engine::Request request) {
+    try {
+        return ctx.engine.submit(std::move(request));
+    } catch (const ApiError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ApiError(400, e.what());
+    }
+}
+
+json::Value token_logprob_json(const tok::Tokenizer& tokenizer, const engine::Event& e) {
+    auto entry = [&](int32_t id, float logprob) {
+        json::Value v;
+        std::string bytes;
+        try {
+            bytes = tokenizer.token_bytes(id);
+        } catch (const std::exception&) {
+            bytes.clear();
+        }
+        v.set("token", bytes);  // invalid UTF-8 pieces are written with U+FFFD by the serializer
+        v.set("logprob", double(logprob));
+        json::Array b;
+        for (unsigned char c : bytes) b.emplace_back(int(c));
+        v.set("bytes", std::move(b));
+        return v;
+    };
+    json::Value v = entry(e.token, e.logprob);
+    json::Array top;
+    for (const auto& [id, lp] : e.top) top.push_back(entry(id, lp));
+    v.set("top_logprobs", std::move(top));
+    return v;
+}
+
+json::Value usage_json(int prompt_tokens, int completion_tokens, int cached_tokens, int reasoning_tokens) {
+    json::Value u;
+    u.set("prompt_tokens", prompt_tokens);
+    u.set("completion_tokens", completion_tokens);
+    u.set("total_tokens", prompt_tokens + completion_tokens);
+    json::Value pd;
+    pd.set("cached_tokens", cached_tokens);
+    u.set("prompt_tokens_details", pd);
+    json::Value cd;
+    cd.set("reasoning_tokens", reasoning_tokens);
+    u.set("completion_tokens_details", cd);
+    return u;
+}
+
+namespace {
+
+json::Value tool_call_json(const ToolCall& call, int index, bool with_index) {
+    json::Value v;
+    if (with_index) v.set("index", index);
+    v.set("id", call.id);
+    v.set("type", "function");
+    json::Value fn;
+    fn.set("name", call.name);
+    fn.set("arguments", call.arguments);
+    v.set("function", fn);
+    return v;
+}
+
+class ChatJob : public GenerationJob {
+public:
+    ChatJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, const ChatRequest& r)
+        : GenerationJob(ctx, {std::move(stream)}, r.params.n, r.params.stream),
+          id_(ctx.new_id("chatcmpl-")),
+          created_(unix_time()),
+          include_usage_(r.params.include_usage),
+          logprobs_(r.params.sampling.logprobs) {
+        ChatOutputOptions o;
+        o.tool_names = r.tool_names;
+        o.tools_enabled = r.tools_enabled;
+        o.stop = r.params.stop;
+        for (int i = 0; i < r.params.n; ++i) {
+            choices_.emplace_back(ctx.tokenizer, o);
+        }
+    }
+
+protected:
+    struct Choice {
+        Choice(const tok::Tokenizer& t, const ChatOutputOptions& o) : output(t, o) {}
+        ChatOutput output;
+        json::Array logprobs;     // all of it (non-streaming) or this poll's (streaming)
+        bool role_sent = false;
+        int n_tool_calls_sent = 0;
+        std::string finish_reason;
+    };
+
+    json::Value chunk(int index, json::Value delta, const json::Value& finish_reason, json::Value logprobs) const {
+        json::Value c;
+        c.set("index", index);
+        c.set("delta", std::move(delta));
+        c.set("logprobs", std::move(logprobs));
+        c.set("finish_reason", finish_reason);
+        json::Value v;
+        v.set("id", id_);
+        v.set("object", "chat.completion.chunk");
+        v.set("created", created_);
+        v.set("model", ctx_.options.model_name);
+        v.set("system_fingerprint", json::Value());
+        v.set("choices", json::Array{std::move(c)});
+        if (include_usage_) v.set("usage", json::Value());
+        return v;
+    }
+
+    void emit(int index, const ChatDelta& d, Progress& p) {
+        Choice& c = choices_[size_t(index)];
+        json::Value delta;
+        if (!c.role_sent) {
+            c.role_sent = true;
+            delta.set("role", "assistant");
+            delta.set("content", "");
+        }
+        if (!d.reasoning.empty()) {
+            delta.set("reasoning_content", d.reasoning);
+            delta.set("reasoning", d.reasoning);
+        }
+        if (!d.content.empty()) delta.set("content", d.content);
+        if (!d.tool_calls.empty()) {
+            json::Array calls;
+            for (const auto& call : d.tool_calls) calls.push_back(tool_call_json(call, c.n_tool_calls_sent++, true));
+            delta.set("tool_calls", std::move(calls));
+        }
+        json::Value logprobs;
+        if (logprobs_ && !c.logprobs.empty()) {
+            logprobs.set("content", std::move(c.logprobs));
+            c.logprobs.clear();
+        }
+        if (delta.size() == 0 && logprobs.is_null()) return;
+        p.body += sse(chunk(index, std::move(delta), json::Value(), std::move(logprobs)));
+    }
+
+    void on_token(int choice, const engine::Event& e, Progress& p) override {
+        Choice& c = choices_[size_t(choice)];
+        if (logprobs_) c.logprobs.push_back(token_logprob_json(ctx_.tokenizer, e));
+        ChatDelta d = c.output.push(e.token);
+        if (streaming_) emit(choice, d, p);
+        if (c.output.stopped()) end_choice(choice);
+    }
+
+    void on_finish(int choice, const engine::Event& e, Progress& p) override {
+        Choice& c = choices_[size_t(choice)];
+        ChatDelta d = c.output.finish(e.stop_token);
+        c.finish_reason = c.output.finish_reason(e.reason);
+        if (e.reason == engine::FinishReason::error) {
+            log::error("chat request ", id_, " failed: ", e.error);
+            error_ = e.error;
+        }
+        last_finish_reason_ = c.finish_reason;
+        if (!streaming_) return;
+        emit(choice, d, p);
+        if (e.reason == engine::FinishReason::error) {
+            p.body += sse(error_body("generation failed: " + e.error, "server_error", "", ""));
+            return;
+        }
+        p.body += sse(chunk(choice, json::Value(json::Object{}), c.finish_reason, json::Value()));
+    }
+
+    int reasoning_tokens() const {
+        int n = 0;
+        for (const auto& c : choices_) n += c.output.n_reasoning_tokens();
+        return n;
+    }
+
+    void on_done(Progress& p) override {
+        const json::Value usage = usage_json(prompt_tokens_, completion_tokens_, cached_tokens_, reasoning_tokens());
+        if (streaming_) {
+            if (include_usage_) {
+                json::Value v;
+                v.set("id", id_);
+                v.set("object", "chat.completion.chunk");
+                v.set("created", created_);
+                v.set("model", ctx_.options.model_name);
+                v.set("choices", json::Array{});
+                v.set("usage", usage);
+                p.body += sse(v);
+            }
+            p.body += "data: [DONE]\n\n";
+            return;
+        }
+        if (!error_.empty()) {
+            p.response = error_response(ApiError(500, "generation failed: " + error_));
+            return;
+        }
+        json::Array choices;
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            Choice& c = choices_[i];
+            json::Value message;
+            message.set("role", "assistant");
+            const std::string& content = c.output.content();
+            message.set("content", content.empty() && !c.output.tool_calls().empty() ? json::Value() : json::Value(content));
+            const std::string& reasoning = c.output.reasoning();
+            message.set("reasoning_content", reasoning.empty() ? json::Value() : json::Value(reasoning));
+            message.set("reasoning", reasoning.empty() ? json::Value() : json::Value(reasoning));
+            message.set("refusal", json::Value());
+            if (!c.output.tool_calls().empty()) {
+                json::Array calls;
+                for (const auto& call : c.output.tool_calls()) calls.push_back(tool_call_json(call, 0, false));
+                message.set("tool_calls", std::move(calls));
+            }
+            json::Value choice;
+            choice.set("index", int(i));
+            choice.set("message", std::move(message));
+            if (logprobs_) {
+                json::Value lp;
+                lp.set("content", std::move(c.logprobs));
+                choice.set("logprobs", std::move(lp));
+            } else {
+                choice.set("logprobs", json::Value());
+            }
+            choice.set("finish_reason", c.finish_reason);
+            choices.push_back(std::move(choice));
+        }
+        json::Value v;
+        v.set("id", id_);
+        v.set("object", "chat.completion");
+        v.set("created", created_);
+        v.set("model", ctx_.options.model_name);
+        v.set("system_fingerprint", json::Value());
+        v.set("choices", std::move(choices));
+        v.set("usage", usage);
+        p.response = HttpResponse::json(200, v.dump());
+    }
+
+private:
+    const std::string id_;
+    const int64_t created_;
+    const bool include_usage_;
+    const bool logprobs_;
+    std::vector<Choice> choices_;
+    std::string error_;
+};
+
+}  // namespace
+
+Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
+    ChatRequest r = parse_chat_request(body, ctx.limits);
+    check_model(ctx, r.model);
+    std::vector<int32_t> prompt;
+    try {
+        prompt = harmony::render_for_completion(r.conversation).tokens(ctx.tokenizer);
+    } catch (const ApiError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ApiError(400, std::string("messages: ") + e.what(), "messages");
+    }
+    engine::Request request;
+    request.id = "chat";
+    request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages");
+    request.prompt = std::move(prompt);
+    request.sampling = r.params.sampling;
+    request.n = r.params.n;
+    // The assistant's turn ends at <|return|> (answer done) or <|call|> (a tool call to run); <|end|>
+    // only ends one message of the turn (shared/spec/harmony.md §7).
+    request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),
+                                  std::end(harmony::kAssistantActionStopTokens));
+    auto stream = submit(ctx, std::move(request));
+    return Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r));
+}
+
+}  // namespace osprey::server

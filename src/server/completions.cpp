@@ -1,0 +1,280 @@
+// POST /v1/completions: a raw prompt (text or token ids, one or a batch) continued as plain text,
+// no Harmony parsing. Stops at the model's end-of-text tokens (<|return|>, <|call|>, <|endoftext|>)
+// unless "ignore_eos" (a vLLM extension) is set.
+#include "core/log.h"
+#include "server/api_error.h"
+#include "server/generation_job.h"
+#include "server/json_fields.h"
+#include "server/routes.h"
+#include "server/stop_strings.h"
+
+namespace osprey::server {
+
+namespace {
+
+struct Prompt {
+    std::vector<int32_t> ids;
+    std::string text;  // for echo
+};
+
+std::vector<int32_t> token_array(const json::Value& v, const std::string& path, int vocab_size) {
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const json::Value& t = v.as_array()[i];
+        if (!t.is_integer()) wrong_type(str(path, "[", i, "]"), "a token id (integer)", t);
+        const int64_t id = t.as_int();
+        if (id < 0 || id >= vocab_size)
+            bad_param(str(path, "[", i, "]"), str("token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+        ids.push_back(int32_t(id));
+    }
+    if (ids.empty()) bad_param(path, "must not be empty");
+    return ids;
+}
+
+std::vector<Prompt> parse_prompts(const json::Value* prompt, const ServerContext& ctx) {
+    if (!prompt) bad_param("prompt", "required", "missing_required_parameter");
+    const int vocab = ctx.limits.vocab_size;
+    std::vector<Prompt> out;
+    auto text_prompt = [&](const std::string& text, const std::string& path) {
+        if (text.empty()) bad_param(path, "must not be empty");
+        Prompt p;
+        p.text = text;
+        p.ids = ctx.tokenizer.encode(text);
+        out.push_back(std::move(p));
+    };
+    if (prompt->is_string()) {
+        text_prompt(prompt->as_string(), "prompt");
+    } else if (prompt->is_array()) {
+        if (prompt->size() == 0) bad_param("prompt", "must not be empty");
+        const json::Value& first = prompt->as_array()[0];
+        if (first.is_integer()) {
+            Prompt p;
+            p.ids = token_array(*prompt, "prompt", vocab);
+            out.push_back(std::move(p));
+        } else {
+            if (prompt->size() > 64) bad_param("prompt", "at most 64 prompts per request");
+            for (size_t i = 0; i < prompt->size(); ++i) {
+                const json::Value& item = prompt->as_array()[i];
+                const std::string path = str("prompt[", i, "]");
+                if (item.is_string()) {
+                    text_prompt(item.as_string(), path);
+                } else if (item.is_array()) {
+                    Prompt p;
+                    p.ids = token_array(item, path, vocab);
+                    out.push_back(std::move(p));
+                } else {
+                    wrong_type(path, "a string or an array of token ids", item);
+                }
+            }
+        }
+    } else {
+        wrong_type("prompt", "a string, an array of strings, or an array of token ids", *prompt);
+    }
+    return out;
+}
+
+class CompletionJob : public GenerationJob {
+public:
+    CompletionJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams,
+                  const GenerationParams& params, std::vector<Prompt> prompts)
+        : GenerationJob(ctx, std::move(streams), params.n, params.stream),
+          id_(ctx.new_id("cmpl-")),
+          created_(unix_time()),
+          include_usage_(params.include_usage),
+          logprobs_(params.sampling.logprobs) {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            for (int s = 0; s < params.n; ++s) {
+                Choice c{tok::StreamDecoder(ctx.tokenizer), StopStrings(params.stop), {}, {}, {}, {}};
+                if (params.echo) {
+                    c.text = prompts[i].text.empty() ? ctx.tokenizer.decode_bytes(prompts[i].ids) : prompts[i].text;
+                    c.pending_echo = c.text;
+                }
+                choices_.push_back(std::move(c));
+            }
+        }
+    }
+
+private:
+    struct Choice {
+        tok::StreamDecoder decoder;
+        StopStrings stops;
+        std::string text;
+        std::string pending_echo;  // streaming: echo goes out with the first chunk
+        json::Value logprobs;      // {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+        std::string finish_reason;
+    };
+
+    json::Value chunk(int index, const std::string& text, const json::Value& finish_reason, json::Value logprobs) const {
+        json::Value c;
+        c.set("index", index);
+        c.set("text", text);
+        c.set("logprobs", std::move(logprobs));
+        c.set("finish_reason", finish_reason);
+        json::Value v;
+        v.set("id", id_);
+        v.set("object", "text_completion");
+        v.set("created", created_);
+        v.set("model", ctx_.options.model_name);
+        v.set("system_fingerprint", json::Value());
+        v.set("choices", json::Array{std::move(c)});
+        return v;
+    }
+
+    void add_logprob(Choice& c, const engine::Event& e) {
+        if (!logprobs_) return;
+        const json::Value lp = token_logprob_json(ctx_.tokenizer, e);
+        if (c.logprobs.is_null()) {
+            c.logprobs.set("tokens", json::Array{});
+            c.logprobs.set("token_logprobs", json::Array{});
+            c.logprobs.set("top_logprobs", json::Array{});
+            c.logprobs.set("text_offset", json::Array{});
+        }
+        json::Object& o = c.logprobs.as_object();
+        o[0].second.push_back(lp.at("token"));
+        o[1].second.push_back(lp.at("logprob"));
+        json::Value top = json::Value(json::Object{});
+        for (const auto& t : lp.at("top_logprobs").as_array()) top.set(t.at("token").as_string(), t.at("logprob"));
+        o[2].second.push_back(std::move(top));
+        o[3].second.push_back(int64_t(c.text.size()));
+    }
+
+    void send(int choice, std::string text, const json::Value& finish_reason, Progress& p) {
+        Choice& c = choices_[size_t(choice)];
+        if (!c.pending_echo.empty()) {
+            text = c.pending_echo + text;
+            c.pending_echo.clear();
+        }
+        json::Value lp = std::move(c.logprobs);
+        c.logprobs = json::Value();
+        if (text.empty() && lp.is_null() && finish_reason.is_null()) return;
+        p.body += sse(chunk(choice, text, finish_reason, std::move(lp)));
+    }
+
+    void on_token(int choice, const engine::Event& e, Progress& p) override {
+        Choice& c = choices_[size_t(choice)];
+        const std::string text = c.stops.push(c.decoder.push(e.token));
+        if (streaming_) {
+            add_logprob(c, e);
+            c.text += text;
+            send(choice, text, json::Value(), p);
+        } else {
+            add_logprob(c, e);
+            c.text += text;
+        }
+        if (c.stops.matched()) end_choice(choice);
+    }
+
+    void on_finish(int choice, const engine::Event& e, Progress& p) override {
+        Choice& c = choices_[size_t(choice)];
+        std::string tail;
+        if (!c.stops.matched()) tail = c.stops.push(c.decoder.flush()) + c.stops.flush();
+        c.text += tail;
+        if (c.stops.matched()) {
+            c.finish_reason = "stop";
+        } else if (e.reason == engine::FinishReason::error) {
+            log::error("completion ", id_, " failed: ", e.error);
+            error_ = e.error;
+            c.finish_reason = "error";
+        } else {
+            c.finish_reason = engine::finish_reason_name(e.reason);
+        }
+        last_finish_reason_ = c.finish_reason;
+        if (streaming_) {
+            if (!error_.empty()) {
+                p.body += sse(error_body("generation failed: " + error_, "server_error", "", ""));
+                return;
+            }
+            send(choice, tail, c.finish_reason, p);
+        }
+    }
+
+    void on_done(Progress& p) override {
+        const json::Value usage = usage_json(prompt_tokens_, completion_tokens_, cached_tokens_, 0);
+        if (streaming_) {
+            if (include_usage_) {
+                json::Value v;
+                v.set("id", id_);
+                v.set("object", "text_completion");
+                v.set("created", created_);
+                v.set("model", ctx_.options.model_name);
+                v.set("choices", json::Array{});
+                v.set("usage", usage);
+                p.body += sse(v);
+            }
+            p.body += "data: [DONE]\n\n";
+            return;
+        }
+        if (!error_.empty()) {
+            p.response = error_response(ApiError(500, "generation failed: " + error_));
+            return;
+        }
+        json::Array choices;
+        for (size_t i = 0; i < choices_.size(); ++i) {
+            json::Value c;
+            c.set("index", int(i));
+            c.set("text", choices_[i].text);
+            c.set("logprobs", choices_[i].logprobs);
+            c.set("finish_reason", choices_[i].finish_reason);
+            choices.push_back(std::move(c));
+        }
+        json::Value v;
+        v.set("id", id_);
+        v.set("object", "text_completion");
+        v.set("created", created_);
+        v.set("model", ctx_.options.model_name);
+        v.set("system_fingerprint", json::Value());
+        v.set("choices", std::move(choices));
+        v.set("usage", usage);
+        p.response = HttpResponse::json(200, v.dump());
+    }
+
+    const std::string id_;
+    const int64_t created_;
+    const bool include_usage_;
+    const bool logprobs_;
+    std::vector<Choice> choices_;
+    std::string error_;
+};
+
+}  // namespace
+
+Reply handle_completions(ServerContext& ctx, const json::Value& body) {
+    Fields f(body, "");
+    auto model = f.string("model");
+    if (!model) bad_param("model", "required", "missing_required_parameter");
+    std::vector<Prompt> prompts = parse_prompts(f.get("prompt"), ctx);
+    GenerationParams params = parse_generation_params(f, Api::completions, ctx.limits);
+    const bool ignore_eos = f.boolean("ignore_eos").value_or(false);
+    if (auto best_of = f.integer("best_of", 1, ctx.limits.max_n); best_of && *best_of != params.n)
+        bad_param("best_of", "only best_of == n is supported");
+    if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) bad_param("suffix", "is not supported by this model");
+    if (params.echo && params.sampling.logprobs) bad_param("echo", "echo with logprobs is not supported");
+    f.ignore({"user", "metadata", "service_tier"});
+    f.finish();
+    check_model(ctx, *model);
+
+    std::vector<std::shared_ptr<engine::RequestStream>> streams;
+    try {
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            engine::Request request;
+            request.id = "completion";
+            request.max_new_tokens = resolve_max_tokens(params, Api::completions, int(prompts[i].ids.size()),
+                                                        ctx.max_model_len, prompts.size() > 1 ? str("prompt[", i, "]") : "prompt");
+            request.prompt = prompts[i].ids;
+            request.sampling = params.sampling;
+            request.n = params.n;
+            if (!ignore_eos) {
+                const int eos = ctx.engine.runner().config().eos_token_id;
+                request.stop_token_ids = {200002, 200012, 199999};
+                if (eos != 200002 && eos != 200012 && eos != 199999) request.stop_token_ids.push_back(eos);
+            }
+            streams.push_back(submit(ctx, std::move(request)));
+        }
+    } catch (...) {
+        for (auto& s : streams) s->cancel();
+        throw;
+    }
+    return Reply(std::make_unique<CompletionJob>(ctx, std::move(streams), params, std::move(prompts)));
+}
+
+}  // namespace osprey::server

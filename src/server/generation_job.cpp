@@ -1,0 +1,100 @@
+// Engine streams -> formatter hooks (see generation_job.h).
+#include "server/generation_job.h"
+
+#include <random>
+
+namespace osprey::server {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t unix_time() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ServerContext::new_id(const char* prefix) {
+    static thread_local std::mt19937_64 rng(std::random_device{}());
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%016llx%08llx", static_cast<unsigned long long>(rng()),
+                  static_cast<unsigned long long>(next_request.fetch_add(1)));
+    return std::string(prefix) + buf;
+}
+
+GenerationJob::GenerationJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams,
+                             int n_samples, bool streaming)
+    : ctx_(ctx),
+      n_samples_(n_samples),
+      streaming_(streaming),
+      arrival_(Clock::now()),
+      streams_(std::move(streams)),
+      ended_(streams_.size() * size_t(n_samples), false),
+      last_token_(ended_.size()),
+      prompt_counted_(streams_.size(), false) {}
+
+GenerationJob::~GenerationJob() {
+    if (!done_) cancel();
+    for (auto& s : streams_) s->set_callback({});
+}
+
+void GenerationJob::start(std::function<void()> wake) {
+    for (auto& s : streams_) s->set_callback(wake);
+    wake();  // events pushed before the callback was set
+}
+
+void GenerationJob::cancel() {
+    for (auto& s : streams_) s->cancel();
+}
+
+void GenerationJob::end_choice(int choice) {
+    ended_[size_t(choice)] = true;
+    const size_t prompt = size_t(choice) / size_t(n_samples_);
+    for (int s = 0; s < n_samples_; ++s)
+        if (!ended_[prompt * size_t(n_samples_) + size_t(s)]) return;
+    streams_[prompt]->cancel();
+}
+
+std::string GenerationJob::sse(const json::Value& data) { return "data: " + data.dump() + "\n\n"; }
+
+AsyncJob::Progress GenerationJob::poll() {
+    Progress p;
+    if (done_) {
+        p.done = true;
+        return p;
+    }
+    for (size_t i = 0; i < streams_.size(); ++i) {
+        while (auto e = streams_[i]->try_pop()) {
+            const int choice = int(i) * n_samples_ + e->sample;
+            const auto now = Clock::now();
+            if (e->kind == engine::Event::Kind::token) {
+                if (!first_token_seen_) {
+                    first_token_seen_ = true;
+                    ctx_.metrics.first_token(std::chrono::duration<double>(now - arrival_).count());
+                } else if (last_token_[size_t(choice)] != Clock::time_point{}) {
+                    ctx_.metrics.inter_token(std::chrono::duration<double>(now - last_token_[size_t(choice)]).count());
+                }
+                last_token_[size_t(choice)] = now;
+                if (!ended_[size_t(choice)]) on_token(choice, *e, p);
+            } else {
+                if (!prompt_counted_[i]) {
+                    prompt_counted_[i] = true;
+                    prompt_tokens_ += e->usage.prompt_tokens;
+                    cached_tokens_ += e->usage.cached_tokens;
+                }
+                completion_tokens_ += e->usage.completion_tokens;
+                on_finish(choice, *e, p);
+                ended_[size_t(choice)] = true;
+            }
+        }
+    }
+    bool all_done = true;
+    for (auto& s : streams_) all_done = all_done && s->done();
+    if (all_done) {
+        on_done(p);
+        done_ = true;
+        p.done = true;
+        ctx_.metrics.request_finished(last_finish_reason_, prompt_tokens_, completion_tokens_, cached_tokens_,
+                                      std::chrono::duration<double>(Clock::now() - arrival_).count());
+    }
+    return p;
+}
+
+}  // namespace osprey::server

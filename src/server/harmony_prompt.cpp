@@ -1,0 +1,116 @@
+// Requests -> Harmony conversations (see harmony_prompt.h).
+#include "server/harmony_prompt.h"
+
+#include <ctime>
+
+#include "server/api_error.h"
+#include "server/json_fields.h"
+
+namespace osprey::server {
+
+using namespace harmony;
+
+namespace {
+
+std::string today() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    ::gmtime_r(&now, &tm);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
+    return buf;
+}
+
+bool valid_function_name(const std::string& name) {
+    if (name.empty() || name.size() > 64) return false;
+    for (char c : name)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
+    return true;
+}
+
+}  // namespace
+
+Conversation build_conversation(const PromptSpec& spec) {
+    Conversation c;
+    SystemContent system;
+    system.reasoning_effort = spec.effort;
+    system.conversation_start_date = today();
+    c.messages.push_back(Message::system(system));
+    if (!spec.instructions.empty() || !spec.tools.empty()) {
+        DeveloperContent developer;
+        if (!spec.instructions.empty()) {
+            std::string text;
+            for (size_t i = 0; i < spec.instructions.size(); ++i) text += (i ? "\n\n" : "") + spec.instructions[i];
+            developer.instructions = text;
+        }
+        if (!spec.tools.empty()) developer.with_function_tools(spec.tools);
+        c.messages.push_back(Message::developer(developer));
+    }
+    for (const Message& m : spec.turns) c.messages.push_back(m);
+    return c;
+}
+
+ReasoningEffort parse_effort(const json::Value& value, const std::string& param) {
+    if (!value.is_string()) wrong_type(param, "a string", value);
+    const std::string& s = value.as_string();
+    if (s == "low" || s == "minimal") return ReasoningEffort::low;
+    if (s == "medium") return ReasoningEffort::medium;
+    if (s == "high") return ReasoningEffort::high;
+    bad_param(param, "must be one of 'low', 'medium', 'high', got '" + s.substr(0, 40) + "'");
+}
+
+ToolDescription parse_function(const json::Value& value, const std::string& param,
+                               std::initializer_list<std::string_view> extra_keys) {
+    Fields f(value, param);
+    f.ignore(extra_keys);
+    ToolDescription t;
+    auto name = f.string("name");
+    if (!name) bad_param(f.path("name"), "required", "missing_required_parameter");
+    if (!valid_function_name(*name))
+        bad_param(f.path("name"), "must be 1-64 characters of a-z, A-Z, 0-9, '_', '-' or '.'");
+    t.name = *name;
+    if (auto d = f.string("description")) t.description = *d;
+    if (const json::Value* p = f.get("parameters")) {
+        if (!p->is_object()) wrong_type(f.path("parameters"), "a JSON schema object", *p);
+        t.parameters = *p;
+    }
+    f.ignore({"strict"});
+    f.finish();
+    return t;
+}
+
+std::string content_text(const json::Value& value, const std::string& param,
+                         std::initializer_list<std::string_view> text_types) {
+    if (value.is_string()) return value.as_string();
+    if (!value.is_array()) wrong_type(param, "a string or an array of content parts", value);
+    std::string text;
+    for (size_t i = 0; i < value.size(); ++i) {
+        const std::string path = str(param, "[", i, "]");
+        Fields part(value.as_array()[i], path);
+        auto type = part.string("type");
+        if (!type) bad_param(part.path("type"), "required", "missing_required_parameter");
+        bool ok = false;
+        for (std::string_view t : text_types) ok = ok || *type == t;
+        if (!ok)
+            bad_param(part.path("type"), "content part type '" + type->substr(0, 40) +
+                                             "' is not supported (this model reads text only)");
+        auto t = part.string("text");
+        if (!t) bad_param(part.path("text"), "required", "missing_required_parameter");
+        part.ignore({"annotations", "logprobs"});
+        part.finish();
+        text += *t;
+    }
+    return text;
+}
+
+Message tool_call_message(const std::string& name, const std::string& arguments) {
+    return Message::assistant(arguments, "commentary")
+        .with_recipient("functions." + name)
+        .with_content_type("<|constrain|>json");
+}
+
+Message tool_result_message(const std::string& name, const std::string& output) {
+    return Message::tool("functions." + name, output).with_recipient("assistant").with_channel("commentary");
+}
+
+}  // namespace osprey::server

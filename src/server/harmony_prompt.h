@@ -1,0 +1,44 @@
+// The Harmony front end's input side, shared by /v1/chat/completions and /v1/responses: builds the
+// Harmony conversation of a request (system message with the reasoning effort and date, developer
+// message with the client's system/developer instructions and function tools, then the turns).
+// Spec: shared/spec/harmony.md §3-§6. Tests: tests/server/test_chat_request.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "harmony/message.h"
+
+namespace osprey::server {
+
+struct PromptSpec {
+    std::vector<std::string> instructions;  // client system + developer texts, in order
+    std::vector<harmony::ToolDescription> tools;  // function tools to render (after tool_choice)
+    harmony::ReasoningEffort effort = harmony::ReasoningEffort::medium;
+    std::vector<harmony::Message> turns;  // user / assistant / tool messages
+};
+
+// System message (default identity, effort, today's date, the three channels), a developer
+// message when there are instructions or tools, then the turns.
+harmony::Conversation build_conversation(const PromptSpec& spec);
+
+// "low" | "medium" | "high" (also "minimal" -> low); ApiError naming `param` otherwise.
+harmony::ReasoningEffort parse_effort(const json::Value& value, const std::string& param);
+
+// One function tool: {"name", "description"?, "parameters"?, "strict"?} (the chat API nests this
+// under "function"; the responses API puts it at the top level beside "type").
+harmony::ToolDescription parse_function(const json::Value& value, const std::string& param,
+                                        std::initializer_list<std::string_view> extra_keys = {});
+
+// Text of a message content: a string, or an array of text parts ({"type": text_type, "text"}).
+std::string content_text(const json::Value& value, const std::string& param,
+                         std::initializer_list<std::string_view> text_types = {"text"});
+
+// A tool call as Harmony history: assistant, commentary, to=functions.name, <|constrain|>json.
+harmony::Message tool_call_message(const std::string& name, const std::string& arguments);
+// A tool's result: author functions.name, to=assistant, commentary.
+harmony::Message tool_result_message(const std::string& name, const std::string& output);
+
+}  // namespace osprey::server

@@ -1,0 +1,120 @@
+// An HTTP/1.1 server on one epoll event loop (ours): non-blocking sockets, keep-alive, pipelined
+// requests answered in order, responses that complete later (asynchronous jobs, e.g. a generation)
+// and chunked streaming (server-sent events). Idle connections cost a file descriptor and a few
+// buffers, never a thread. A job's producer (the engine thread) wakes the loop through wake(); a
+// client that disconnects gets its job cancelled at once. Tests: tests/server/test_http_server.cpp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "server/http_message.h"
+
+namespace osprey::server {
+
+// Wakes the event loop for one connection's job; safe from any thread, and after the connection or
+// the server is gone (then it does nothing).
+class Waker {
+public:
+    virtual ~Waker() = default;
+    virtual void wake(uint64_t connection_id) = 0;
+};
+
+// A response that is produced over time. The loop calls poll() after start and whenever the job's
+// wake-up function (given to start()) is called.
+class AsyncJob {
+public:
+    virtual ~AsyncJob() = default;
+    // Streaming jobs get a chunked head (`content_type`, status 200) before their first bytes.
+    virtual bool streaming() const = 0;
+    virtual std::string content_type() const { return "text/event-stream"; }
+    // Registers the wake-up (call it from any thread when poll() has something new).
+    virtual void start(std::function<void()> wake) = 0;
+
+    struct Progress {
+        std::string body;                       // streaming: bytes for the next chunk(s)
+        bool done = false;
+        std::optional<HttpResponse> response;   // non-streaming: the whole response once done
+    };
+    virtual Progress poll() = 0;
+    // The client went away (or the server is stopping): stop the work.
+    virtual void cancel() = 0;
+};
+
+struct Reply {
+    HttpResponse response;           // used when job is null
+    std::unique_ptr<AsyncJob> job;
+
+    Reply() = default;
+    Reply(HttpResponse r) : response(std::move(r)) {}
+    Reply(std::unique_ptr<AsyncJob> j) : job(std::move(j)) {}
+};
+
+// Called on the loop thread for each request; must be quick (it may submit work elsewhere and return
+// a job). An exception escaping it becomes a 500 with its message.
+using Handler = std::function<Reply(const HttpRequest&)>;
+
+struct HttpServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8000;                 // 0: any free port (see port())
+    HttpLimits limits;
+    int max_connections = 10000;
+    double idle_timeout_s = 120;     // keep-alive connections idle this long are closed
+    double header_timeout_s = 30;    // a request must arrive completely within this
+    // Builds the error body for transport-level failures (bad request line, 413, 431, ...).
+    std::function<HttpResponse(int status, const std::string& message)> error_response;
+};
+
+class HttpServer {
+public:
+    HttpServer(HttpServerOptions options, Handler handler);  // binds and listens (throws osprey::Error)
+    ~HttpServer();
+    HttpServer(const HttpServer&) = delete;
+    HttpServer& operator=(const HttpServer&) = delete;
+
+    int port() const { return port_; }  // the bound port
+    // Runs the loop on the calling thread until stop().
+    void run();
+    // From any thread (or a signal handler: it only writes to an eventfd).
+    void stop();
+
+    size_t n_connections() const { return n_connections_.load(); }
+
+private:
+    struct Connection;
+    class Notifier;
+
+    void accept_all();
+    void on_readable(Connection& c);
+    void on_writable(Connection& c);
+    void process(Connection& c);
+    void start_request(Connection& c, HttpRequest request);
+    void pump_job(Connection& c);
+    void send(Connection& c, std::string data);
+    void flush(Connection& c);
+    void update_interest(Connection& c);
+    void close_connection(uint64_t id);
+    void sweep_timeouts();
+    HttpResponse error(int status, const std::string& message) const;
+
+    HttpServerOptions options_;
+    Handler handler_;
+    int listen_fd_ = -1;
+    int epoll_fd_ = -1;
+    int stop_fd_ = -1;
+    int port_ = 0;
+    std::shared_ptr<Notifier> notifier_;
+    std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+    uint64_t next_id_ = 1;
+    std::atomic<size_t> n_connections_{0};
+    std::atomic<bool> stopping_{false};
+};
+
+}  // namespace osprey::server

@@ -1,0 +1,165 @@
+// Routing, authentication and error mapping (see openai_server.h).
+#include "server/openai_server.h"
+
+#include "core/log.h"
+#include "core/utf8.h"
+#include "server/api_error.h"
+#include "server/routes.h"
+
+namespace osprey::server {
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+    const size_t n = std::max(a.size(), b.size());
+    unsigned diff = a.size() == b.size() ? 0u : 1u;
+    for (size_t i = 0; i < n; ++i) {
+        const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+        const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+        diff |= unsigned(x ^ y);
+    }
+    return diff == 0;
+}
+
+OpenAiServer::OpenAiServer(engine::Engine& engine, const tok::Tokenizer& tokenizer, ServerOptions options)
+    : ctx_(engine, tokenizer, std::move(options)) {
+    ctx_.limits.vocab_size = engine.runner().config().vocab_size;
+    ctx_.max_model_len = engine.max_model_len();
+    ctx_.created = unix_time();
+}
+
+HttpResponse OpenAiServer::transport_error(int status, const std::string& message) {
+    return error_response(ApiError(status, message));
+}
+
+bool OpenAiServer::authorized(const HttpRequest& request) const {
+    if (ctx_.options.api_key.empty()) return true;
+    std::string given;
+    if (const std::string* auth = request.header("authorization")) {
+        if (auth->size() > 7 && (auth->compare(0, 7, "Bearer ") == 0 || auth->compare(0, 7, "bearer ") == 0))
+            given = auth->substr(7);
+    } else if (const std::string* key = request.header("x-api-key")) {
+        given = *key;
+    }
+    return !given.empty() && constant_time_equal(given, ctx_.options.api_key);
+}
+
+HttpResponse OpenAiServer::models() const {
+    json::Value m;
+    m.set("id", ctx_.options.model_name);
+    m.set("object", "model");
+    m.set("created", ctx_.created);
+    m.set("owned_by", "osprey");
+    m.set("root", ctx_.options.model_path.empty() ? ctx_.options.model_name : ctx_.options.model_path);
+    m.set("parent", json::Value());
+    m.set("max_model_len", ctx_.max_model_len);
+    json::Value v;
+    v.set("object", "list");
+    v.set("data", json::Array{std::move(m)});
+    return HttpResponse::json(200, v.dump());
+}
+
+namespace {
+
+json::Value parse_body(const HttpRequest& request) {
+    if (const std::string* type = request.header("content-type")) {
+        if (type->find("json") == std::string::npos)
+            throw ApiError(415, "Content-Type must be application/json, got '" + type->substr(0, 80) + "'");
+    }
+    if (request.body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
+    if (const size_t bad = utf8::first_invalid(request.body); bad != std::string::npos)
+        throw ApiError(400, str("the request body is not valid UTF-8 (byte ", bad, ")"), "", "invalid_utf8");
+    try {
+        return json::parse(request.body);
+    } catch (const Error& e) {
+        throw ApiError(400, std::string("the request body is not valid JSON: ") + e.what(), "", "invalid_json");
+    }
+}
+
+void require_method(const HttpRequest& request, const char* method) {
+    if (request.method != method)
+        throw ApiError(405, "method " + request.method + " is not allowed on " + request.path + " (use " + method + ")");
+}
+
+}  // namespace
+
+Reply OpenAiServer::route(const HttpRequest& request, std::string& route_name) {
+    const std::string& path = request.path;
+    if (request.method == "OPTIONS") {
+        route_name = "options";
+        HttpResponse r = HttpResponse::text(204, "", "");
+        r.headers = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
+                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
+                     {"Access-Control-Max-Age", "86400"}};
+        return Reply(r);
+    }
+    if (path == "/health") {
+        route_name = path;
+        return Reply(HttpResponse::json(200, "{\"status\":\"ok\"}"));
+    }
+    if (path == "/metrics") {
+        route_name = path;
+        require_method(request, "GET");
+        return Reply(HttpResponse::text(200, ctx_.metrics.render(ctx_.engine.stats(), ctx_.options.model_name),
+                                        "text/plain; version=0.0.4; charset=utf-8"));
+    }
+    if (path == "/" || path == "/index.html") {
+        route_name = "/";
+        require_method(request, "GET");
+        return Reply(HttpResponse::text(200, chat_page_html(), "text/html; charset=utf-8"));
+    }
+    if (path.rfind("/v1/", 0) != 0) {
+        route_name = "other";
+        throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
+    }
+    route_name = path;
+    if (!authorized(request))
+        throw ApiError(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "", "invalid_api_key");
+    if (path == "/v1/models") {
+        require_method(request, "GET");
+        return Reply(models());
+    }
+    if (path.rfind("/v1/models/", 0) == 0) {
+        require_method(request, "GET");
+        check_model(ctx_, path.substr(11));
+        json::Value list = json::parse(models().body);
+        return Reply(HttpResponse::json(200, list.at("data").as_array()[0].dump()));
+    }
+    if (path == "/v1/chat/completions") {
+        require_method(request, "POST");
+        return handle_chat_completions(ctx_, parse_body(request));
+    }
+    if (path == "/v1/completions") {
+        require_method(request, "POST");
+        return handle_completions(ctx_, parse_body(request));
+    }
+    if (path == "/v1/responses") {
+        require_method(request, "POST");
+        return handle_responses(ctx_, parse_body(request));
+    }
+    if (path.rfind("/v1/responses/", 0) == 0) {
+        route_name = "/v1/responses/{id}";
+        const std::string id = path.substr(14);
+        if (request.method == "GET") return Reply(get_stored_response(ctx_, id));
+        if (request.method == "DELETE") return Reply(delete_stored_response(ctx_, id));
+        throw ApiError(405, "method " + request.method + " is not allowed on /v1/responses/{id} (use GET or DELETE)");
+    }
+    throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
+}
+
+Reply OpenAiServer::handle(const HttpRequest& request) {
+    std::string route_name = "other";
+    Reply reply;
+    try {
+        reply = route(request, route_name);
+    } catch (const ApiError& e) {
+        reply = Reply(error_response(e));
+    } catch (const Error& e) {
+        reply = Reply(error_response(ApiError(400, e.what())));
+    } catch (const std::exception& e) {
+        log::error("internal error on ", request.method, " ", request.path, ": ", e.what());
+        reply = Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
+    }
+    ctx_.metrics.http_request(route_name, reply.job ? 200 : reply.response.status);
+    return reply;
+}
+
+}  // namespace osprey::server

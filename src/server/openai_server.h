@@ -1,0 +1,39 @@
+// The OpenAI-compatible front door: routes requests to the chat, completions and responses
+// handlers, serves /v1/models, /health, /metrics and the built-in chat page, checks the API key on
+// every /v1 route (constant-time), and turns every error into an OpenAI error body with a 4xx/5xx.
+// Tests: tests/server/test_openai_server.cpp (in-process), tools/server/test_openai_client.py.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/http_server.h"
+#include "server/server_context.h"
+
+namespace osprey::server {
+
+class OpenAiServer {
+public:
+    OpenAiServer(engine::Engine& engine, const tok::Tokenizer& tokenizer, ServerOptions options);
+
+    Reply handle(const HttpRequest& request);
+    ServerContext& context() { return ctx_; }
+
+    // HttpServerOptions::error_response for transport errors (400, 413, 431, ...).
+    static HttpResponse transport_error(int status, const std::string& message);
+
+private:
+    Reply route(const HttpRequest& request, std::string& route_name);
+    bool authorized(const HttpRequest& request) const;
+    HttpResponse models() const;
+
+    ServerContext ctx_;
+};
+
+// Constant-time equality (the time depends on the lengths only).
+bool constant_time_equal(const std::string& a, const std::string& b);
+
+// The built-in chat page (src/server/web/index.html, embedded at build time).
+const std::string& chat_page_html();
+
+}  // namespace osprey::server

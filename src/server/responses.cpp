@@ -1,0 +1,548 @@
+// POST /v1/responses (streaming events or one response object), GET and DELETE /v1/responses/{id}.
+// Input items (messages, function_call, function_call_output, reasoning) map onto Harmony like the
+// chat API's messages; previous_response_id continues a stored conversation (store defaults to true,
+// as in OpenAI's API); output items are reasoning, message and function_call.
+#include <map>
+
+#include "core/log.h"
+#include "harmony/render.h"
+#include "harmony/special_tokens.h"
+#include "server/api_error.h"
+#include "server/chat_output.h"
+#include "server/generation_job.h"
+#include "server/harmony_prompt.h"
+#include "server/json_fields.h"
+#include "server/routes.h"
+
+namespace osprey::server {
+
+using namespace harmony;
+
+namespace {
+
+struct ResponsesRequest {
+    std::string model;
+    PromptSpec spec;
+    std::vector<std::string> instructions_only;  // the request's own "instructions"
+    GenerationParams params;
+    bool store = true;
+    bool tools_enabled = true;
+    std::optional<std::string> previous_response_id;
+    json::Value echo;  // request fields echoed in the response object
+};
+
+// Function names of the function_call items of a stored response, by call id.
+void collect_calls(const json::Value& response, std::map<std::string, std::string>& names) {
+    if (const json::Value* output = response.find("output"))
+        for (const auto& item : output->as_array())
+            if (item.at("type").as_string() == "function_call")
+                names[item.at("call_id").as_string()] = item.at("name").as_string();
+}
+
+void parse_input_item(const json::Value& value, const std::string& path, PromptSpec& spec,
+                      std::map<std::string, std::string>& call_names) {
+    Fields f(value, path);
+    const std::string type = f.string("type").value_or("message");
+    if (type == "message") {
+        auto role = f.string("role");
+        if (!role) bad_param(f.path("role"), "required", "missing_required_parameter");
+        const json::Value* content = f.get("content");
+        if (!content) bad_param(f.path("content"), "required", "missing_required_parameter");
+        const std::string text = content_text(*content, f.path("content"), {"input_text", "output_text", "text"});
+        if (*role == "user") {
+            spec.turns.push_back(Message::user(text));
+        } else if (*role == "system" || *role == "developer") {
+            spec.instructions.push_back(text);
+        } else if (*role == "assistant") {
+            spec.turns.push_back(Message::assistant(text, "final"));
+        } else {
+            bad_param(f.path("role"), "must be 'user', 'assistant', 'system' or 'developer'");
+        }
+        f.ignore({"id", "status"});
+    } else if (type == "function_call") {
+        auto name = f.string("name");
+        auto call_id = f.string("call_id");
+        if (!name) bad_param(f.path("name"), "required", "missing_required_parameter");
+        if (!call_id) bad_param(f.path("call_id"), "required", "missing_required_parameter");
+        const std::string args = f.string("arguments").value_or("{}");
+        call_names[*call_id] = *name;
+        spec.turns.push_back(tool_call_message(*name, args));
+        f.ignore({"id", "status"});
+    } else if (type == "function_call_output") {
+        auto call_id = f.string("call_id");
+        if (!call_id) bad_param(f.path("call_id"), "required", "missing_required_parameter");
+        const json::Value* output = f.get("output");
+        if (!output) bad_param(f.path("output"), "required", "missing_required_parameter");
+        const std::string text = content_text(*output, f.path("output"), {"input_text", "output_text", "text"});
+        auto it = call_names.find(*call_id);
+        if (it == call_names.end())
+            bad_param(f.path("call_id"), "'" + call_id->substr(0, 64) + "' matches no earlier function_call");
+        spec.turns.push_back(tool_result_message(it->second, text));
+        f.ignore({"id", "status"});
+    } else if (type == "reasoning") {
+        std::string text;
+        if (const json::Value* content = f.array("content")) text = content_text(*content, f.path("content"), {"reasoning_text"});
+        if (text.empty())
+            if (const json::Value* summary = f.array("summary")) text = content_text(*summary, f.path("summary"), {"summary_text"});
+        if (!text.empty()) spec.turns.push_back(Message::assistant(text, "analysis"));
+        f.ignore({"id", "status", "encrypted_content"});
+    } else {
+        bad_param(f.path("type"), "input item type '" + type.substr(0, 40) + "' is not supported");
+    }
+    f.finish();
+}
+
+ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& body) {
+    Fields f(body, "");
+    ResponsesRequest r;
+    auto model = f.string("model");
+    if (!model) bad_param("model", "required", "missing_required_parameter");
+    r.model = *model;
+    check_model(ctx, r.model);
+
+    std::map<std::string, std::string> call_names;
+    r.previous_response_id = f.string("previous_response_id");
+    if (r.previous_response_id) {
+        auto prev = ctx.responses.get(*r.previous_response_id);
+        if (!prev)
+            throw ApiError(404, "no stored response '" + r.previous_response_id->substr(0, 80) + "'",
+                           "previous_response_id", "previous_response_not_found");
+        r.spec.turns = prev->conversation.messages;
+        collect_calls(prev->response, call_names);
+    }
+    if (auto instructions = f.string("instructions")) {
+        r.spec.instructions.push_back(*instructions);
+        r.echo.set("instructions", *instructions);
+    } else {
+        r.echo.set("instructions", json::Value());
+    }
+
+    const json::Value* input = f.get("input");
+    if (!input) bad_param("input", "required", "missing_required_parameter");
+    if (input->is_string()) {
+        r.spec.turns.push_back(Message::user(input->as_string()));
+    } else if (input->is_array()) {
+        for (size_t i = 0; i < input->size(); ++i) parse_input_item(input->as_array()[i], str("input[", i, "]"), r.spec, call_names);
+    } else {
+        wrong_type("input", "a string or an array of input items", *input);
+    }
+
+    if (const json::Value* reasoning = f.object("reasoning")) {
+        Fields rf(*reasoning, "reasoning");
+        if (auto e = rf.get("effort")) r.spec.effort = parse_effort(*e, "reasoning.effort");
+        rf.ignore({"summary", "generate_summary"});
+        rf.finish();
+    }
+    json::Value reasoning_echo;
+    reasoning_echo.set("effort", effort_name(r.spec.effort));
+    reasoning_echo.set("summary", json::Value());
+    r.echo.set("reasoning", reasoning_echo);
+
+    json::Array tools_echo;
+    if (const json::Value* ts = f.array("tools")) {
+        for (size_t i = 0; i < ts->size(); ++i) {
+            const std::string path = str("tools[", i, "]");
+            const json::Value& t = ts->as_array()[i];
+            const json::Value* type = t.is_object() ? t.find("type") : nullptr;
+            if (!type || !type->is_string() || type->as_string() != "function")
+                bad_param(path + ".type", "must be 'function' (built-in tools are not available)");
+            r.spec.tools.push_back(parse_function(t, path, {"type"}));
+            tools_echo.push_back(t);
+        }
+    }
+    r.echo.set("tools", tools_echo);
+    json::Value choice_echo = "auto";
+    if (const json::Value* choice = f.get("tool_choice")) {
+        choice_echo = *choice;
+        if (choice->is_string()) {
+            const std::string& c = choice->as_string();
+            if (c == "none") {
+                r.tools_enabled = false;
+                r.spec.tools.clear();
+            } else if (c != "auto" && c != "required") {
+                bad_param("tool_choice", "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}");
+            }
+        } else if (choice->is_object()) {
+            Fields cf(*choice, "tool_choice");
+            auto type = cf.string("type");
+            if (!type || *type != "function") bad_param("tool_choice.type", "must be 'function'");
+            auto name = cf.string("name");
+            if (!name) bad_param("tool_choice.name", "required", "missing_required_parameter");
+            cf.finish();
+            std::vector<ToolDescription> chosen;
+            for (auto& t : r.spec.tools)
+                if (t.name == *name) chosen.push_back(t);
+            if (chosen.empty()) bad_param("tool_choice.name", "no tool named '" + *name + "' in tools");
+            r.spec.tools = std::move(chosen);
+        } else {
+            wrong_type("tool_choice", "a string or an object", *choice);
+        }
+    }
+    r.echo.set("tool_choice", choice_echo);
+
+    if (const json::Value* text = f.object("text")) {
+        Fields tf(*text, "text");
+        if (const json::Value* format = tf.object("format")) {
+            Fields ff(*format, "text.format");
+            auto type = ff.string("type");
+            if (!type || *type != "text") bad_param("text.format.type", "only 'text' is supported (no constrained decoding)");
+            ff.finish();
+        }
+        tf.ignore({"verbosity"});
+        tf.finish();
+    }
+    if (auto background = f.boolean("background"); background && *background)
+        bad_param("background", "background responses are not supported");
+    if (auto truncation = f.string("truncation"); truncation && *truncation != "disabled" && *truncation != "auto")
+        bad_param("truncation", "must be 'disabled' or 'auto'");
+    r.store = f.boolean("store").value_or(true);
+    r.params = parse_generation_params(f, Api::responses, ctx.limits);
+    r.echo.set("temperature", double(r.params.sampling.temperature));
+    r.echo.set("top_p", double(r.params.sampling.top_p));
+    r.echo.set("max_output_tokens", r.params.max_tokens ? json::Value(*r.params.max_tokens) : json::Value());
+    const json::Value* metadata = f.object("metadata");
+    r.echo.set("metadata", metadata ? *metadata : json::Value(json::Object{}));
+    r.echo.set("parallel_tool_calls", f.boolean("parallel_tool_calls").value_or(true));
+    f.ignore({"user", "include", "service_tier", "prompt_cache_key", "safety_identifier", "max_tool_calls",
+              "stream_options"});
+    f.finish();
+    return r;
+}
+
+class ResponsesJob : public GenerationJob {
+public:
+    ResponsesJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, ResponsesRequest r)
+        : GenerationJob(ctx, {std::move(stream)}, 1, r.params.stream),
+          r_(std::move(r)),
+          id_(ctx.new_id("resp_")),
+          created_(unix_time()),
+          output_(ctx.tokenizer, [&] {
+              ChatOutputOptions o;
+              for (const auto& t : r_.spec.tools) o.tool_names.push_back(t.name);
+              o.tools_enabled = r_.tools_enabled;
+              return o;
+          }()) {}
+
+    void start(std::function<void()> wake) override {
+        if (streaming_) {
+            initial_ = event("response.created", "response", response_object("in_progress"));
+            initial_ += event("response.in_progress", "response", response_object("in_progress"));
+        }
+        GenerationJob::start(std::move(wake));
+    }
+
+private:
+    enum class ItemKind { none, reasoning, message };
+
+    std::string event(const char* type, const char* key, json::Value value) {
+        json::Value v;
+        v.set("type", type);
+        v.set("sequence_number", sequence_++);
+        v.set(key, std::move(value));
+        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+    }
+    std::string event(const char* type, json::Value fields) {
+        json::Value v;
+        v.set("type", type);
+        v.set("sequence_number", sequence_++);
+        for (auto& [k, x] : fields.as_object()) v.set(k, x);
+        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+    }
+
+    json::Value item_json(size_t i, const char* status) const {
+        const Item& it = items_[i];
+        json::Value v;
+        if (it.kind == "reasoning") {
+            v.set("type", "reasoning");
+            v.set("id", it.id);
+            v.set("summary", json::Array{});
+            json::Value part;
+            part.set("type", "reasoning_text");
+            part.set("text", it.text);
+            v.set("content", json::Array{part});
+            v.set("status", status);
+        } else if (it.kind == "message") {
+            v.set("type", "message");
+            v.set("id", it.id);
+            v.set("role", "assistant");
+            v.set("status", status);
+            json::Value part;
+            part.set("type", "output_text");
+            part.set("text", it.text);
+            part.set("annotations", json::Array{});
+            part.set("logprobs", json::Array{});
+            v.set("content", json::Array{part});
+        } else {
+            v.set("type", "function_call");
+            v.set("id", it.id);
+            v.set("call_id", it.call_id);
+            v.set("name", it.name);
+            v.set("arguments", it.text);
+            v.set("status", status);
+        }
+        return v;
+    }
+
+    json::Value response_object(const std::string& status) const {
+        json::Value v;
+        v.set("id", id_);
+        v.set("object", "response");
+        v.set("created_at", created_);
+        v.set("status", status);
+        v.set("model", ctx_.options.model_name);
+        json::Array output;
+        if (status != "in_progress")
+            for (size_t i = 0; i < items_.size(); ++i) output.push_back(item_json(i, "completed"));
+        v.set("output", std::move(output));
+        v.set("error", error_.empty() ? json::Value() : error_body(error_, "server_error", "", "").at("error"));
+        if (status == "incomplete") {
+            json::Value d;
+            d.set("reason", "max_output_tokens");
+            v.set("incomplete_details", d);
+        } else {
+            v.set("incomplete_details", json::Value());
+        }
+        v.set("previous_response_id", r_.previous_response_id ? json::Value(*r_.previous_response_id) : json::Value());
+        for (const auto& [k, x] : r_.echo.as_object()) v.set(k, x);
+        v.set("store", r_.store);
+        json::Value format;
+        format.set("type", "text");
+        json::Value text;
+        text.set("format", format);
+        v.set("text", text);
+        v.set("truncation", "disabled");
+        v.set("user", json::Value());
+        if (status == "in_progress") {
+            v.set("usage", json::Value());
+        } else {
+            json::Value u;
+            u.set("input_tokens", prompt_tokens_);
+            json::Value id;
+            id.set("cached_tokens", cached_tokens_);
+            u.set("input_tokens_details", id);
+            u.set("output_tokens", completion_tokens_);
+            json::Value od;
+            od.set("reasoning_tokens", output_.n_reasoning_tokens());
+            u.set("output_tokens_details", od);
+            u.set("total_tokens", prompt_tokens_ + completion_tokens_);
+            v.set("usage", u);
+        }
+        return v;
+    }
+
+    // Opens an item of `kind` (closing the open one) and returns its index.
+    size_t open_item(const std::string& kind, Progress& p) {
+        if (open_ >= 0 && items_[size_t(open_)].kind == kind && kind != "function_call") return size_t(open_);
+        close_item(p);
+        Item it;
+        it.kind = kind;
+        it.id = (kind == "reasoning" ? "rs_" : kind == "message" ? "msg_" : "fc_") + ctx_.new_id("");
+        items_.push_back(it);
+        open_ = int(items_.size() - 1);
+        if (streaming_) {
+            json::Value f;
+            f.set("output_index", open_);
+            f.set("item", item_json(size_t(open_), "in_progress"));
+            p.body += event("response.output_item.added", f);
+            if (kind == "message") {
+                json::Value c;
+                c.set("item_id", items_.back().id);
+                c.set("output_index", open_);
+                c.set("content_index", 0);
+                json::Value part;
+                part.set("type", "output_text");
+                part.set("text", "");
+                part.set("annotations", json::Array{});
+                c.set("part", part);
+                p.body += event("response.content_part.added", c);
+            }
+        }
+        return size_t(open_);
+    }
+
+    void close_item(Progress& p) {
+        if (open_ < 0) return;
+        const size_t i = size_t(open_);
+        open_ = -1;
+        if (!streaming_) return;
+        const Item& it = items_[i];
+        json::Value base;
+        base.set("item_id", it.id);
+        base.set("output_index", int(i));
+        if (it.kind == "reasoning") {
+            json::Value f = base;
+            f.set("content_index", 0);
+            f.set("text", it.text);
+            p.body += event("response.reasoning_text.done", f);
+        } else if (it.kind == "message") {
+            json::Value f = base;
+            f.set("content_index", 0);
+            f.set("text", it.text);
+            f.set("logprobs", json::Array{});
+            p.body += event("response.output_text.done", f);
+            json::Value c = base;
+            c.set("content_index", 0);
+            json::Value part;
+            part.set("type", "output_text");
+            part.set("text", it.text);
+            part.set("annotations", json::Array{});
+            c.set("part", part);
+            p.body += event("response.content_part.done", c);
+        } else {
+            json::Value f = base;
+            f.set("name", it.name);
+            f.set("arguments", it.text);
+            p.body += event("response.function_call_arguments.done", f);
+        }
+        json::Value d;
+        d.set("output_index", int(i));
+        d.set("item", item_json(i, "completed"));
+        p.body += event("response.output_item.done", d);
+    }
+
+    void apply(const ChatDelta& d, Progress& p) {
+        if (!d.reasoning.empty()) {
+            const size_t i = open_item("reasoning", p);
+            items_[i].text += d.reasoning;
+            if (streaming_) {
+                json::Value f;
+                f.set("item_id", items_[i].id);
+                f.set("output_index", int(i));
+                f.set("content_index", 0);
+                f.set("delta", d.reasoning);
+                p.body += event("response.reasoning_text.delta", f);
+            }
+        }
+        if (!d.content.empty()) {
+            const size_t i = open_item("message", p);
+            items_[i].text += d.content;
+            if (streaming_) {
+                json::Value f;
+                f.set("item_id", items_[i].id);
+                f.set("output_index", int(i));
+                f.set("content_index", 0);
+                f.set("delta", d.content);
+                f.set("logprobs", json::Array{});
+                p.body += event("response.output_text.delta", f);
+            }
+        }
+        for (const ToolCall& call : d.tool_calls) {
+            const size_t i = open_item("function_call", p);
+            items_[i].name = call.name;
+            items_[i].call_id = call.id;
+            items_[i].text = call.arguments;
+            if (streaming_) {
+                json::Value f;
+                f.set("item_id", items_[i].id);
+                f.set("output_index", int(i));
+                f.set("delta", call.arguments);
+                p.body += event("response.function_call_arguments.delta", f);
+            }
+            close_item(p);
+        }
+    }
+
+    Progress poll() override {
+        Progress p = GenerationJob::poll();
+        if (!initial_.empty()) {
+            p.body = initial_ + p.body;
+            initial_.clear();
+        }
+        return p;
+    }
+
+    void on_token(int, const engine::Event& e, Progress& p) override { apply(output_.push(e.token), p); }
+
+    void on_finish(int, const engine::Event& e, Progress& p) override {
+        apply(output_.finish(e.stop_token), p);
+        close_item(p);
+        reason_ = e.reason;
+        if (e.reason == engine::FinishReason::error) {
+            log::error("response ", id_, " failed: ", e.error);
+            error_ = "generation failed: " + e.error;
+        }
+        last_finish_reason_ = output_.finish_reason(e.reason);
+    }
+
+    void on_done(Progress& p) override {
+        const std::string status = !error_.empty()                         ? "failed"
+                                   : reason_ == engine::FinishReason::length ? "incomplete"
+                                   : reason_ == engine::FinishReason::abort  ? "cancelled"
+                                                                              : "completed";
+        json::Value response = response_object(status);
+        if (r_.store && error_.empty()) {
+            StoredResponse stored;
+            stored.response = response;
+            stored.conversation.messages = r_.spec.turns;
+            for (const Message& m : output_.messages()) stored.conversation.messages.push_back(m);
+            ctx_.responses.put(id_, std::move(stored));
+        }
+        if (streaming_) {
+            const char* type = status == "failed" ? "response.failed" : status == "incomplete" ? "response.incomplete"
+                                                                                             : "response.completed";
+            p.body += event(type, "response", response);
+            return;
+        }
+        if (!error_.empty()) {
+            p.response = error_response(ApiError(500, error_));
+            return;
+        }
+        p.response = HttpResponse::json(200, response.dump());
+    }
+
+    struct Item {
+        std::string kind;  // "reasoning", "message", "function_call"
+        std::string id, text, name, call_id;
+    };
+
+    ResponsesRequest r_;
+    const std::string id_;
+    const int64_t created_;
+    ChatOutput output_;
+    std::vector<Item> items_;
+    int open_ = -1;
+    int sequence_ = 0;
+    std::string initial_;
+    std::string error_;
+    engine::FinishReason reason_ = engine::FinishReason::stop;
+};
+
+}  // namespace
+
+Reply handle_responses(ServerContext& ctx, const json::Value& body) {
+    ResponsesRequest r = parse_responses_request(ctx, body);
+    const Conversation conversation = build_conversation(r.spec);
+    std::vector<int32_t> prompt;
+    try {
+        prompt = render_for_completion(conversation).tokens(ctx.tokenizer);
+    } catch (const ApiError&) {
+        throw;
+    } catch (const Error& e) {
+        throw ApiError(400, std::string("input: ") + e.what(), "input");
+    }
+    engine::Request request;
+    request.id = "response";
+    request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input");
+    request.prompt = std::move(prompt);
+    request.sampling = r.params.sampling;
+    request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));
+    auto stream = submit(ctx, std::move(request));
+    return Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r)));
+}
+
+HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {
+    auto r = ctx.responses.get(id);
+    if (!r) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
+    return HttpResponse::json(200, r->response.dump());
+}
+
+HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id) {
+    if (!ctx.responses.erase(id)) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
+    json::Value v;
+    v.set("id", id);
+    v.set("object", "response.deleted");
+    v.set("deleted", true);
+    return HttpResponse::json(200, v.dump());
+}
+
+}  // namespace osprey::server

@@ -1,0 +1,33 @@
+// TEST ONLY scripted model backend (see scripted_runner.h).
+#include "server/scripted_runner.h"
+
+#include "core/check.h"
+
+namespace osprey::server {
+
+ScriptedRunner::ScriptedRunner(model::Config config, std::vector<int32_t> script)
+    : config_(std::move(config)), script_(std::move(script)) {
+    OSPREY_CHECK(!script_.empty(), "the test script has no tokens");
+    for (int32_t t : script_)
+        OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
+}
+
+void ScriptedRunner::forward(const model::ForwardBatch& batch) { n_logit_rows_ = batch.n_logit_rows(); }
+
+void ScriptedRunner::logits_to_host(std::vector<float>& out) {
+    out.assign(size_t(n_logit_rows_) * size_t(config_.vocab_size), 0.0f);
+}
+
+void ScriptedRunner::sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
+                            std::span<SampleResult> out) {
+    OSPREY_CHECK(state.size() == out.size() && params.size() == out.size(), "sample: span sizes differ");
+    for (size_t i = 0; i < out.size(); ++i) {
+        const size_t step = size_t(state[i].step);
+        out[i].token = script_[std::min(step, script_.size() - 1)];
+        out[i].logprob = 0.0f;
+        out[i].top.clear();
+        if (params[i].top_logprobs > 0) out[i].top.push_back({out[i].token, 0.0f});
+    }
+}
+
+}  // namespace osprey::server

@@ -1,0 +1,44 @@
+// What every route handler shares: the engine, the tokenizer, the metrics, the stored responses and
+// the server's options. Owned by OpenAiServer; jobs keep a reference (they never outlive it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "engine/engine.h"
+#include "server/generation_params.h"
+#include "server/metrics.h"
+#include "server/response_store.h"
+#include "tokenizer/tokenizer.h"
+
+namespace osprey::server {
+
+struct ServerOptions {
+    std::string model_name = "osprey";     // the id /v1/models lists and requests must name
+    std::string model_path;                // shown in /v1/models (root)
+    std::string api_key;                   // empty: /v1 routes are open
+    size_t max_stored_responses = 10000;   // /v1/responses with store: oldest dropped beyond this
+};
+
+struct ServerContext {
+    engine::Engine& engine;
+    const tok::Tokenizer& tokenizer;
+    ServerOptions options;
+    GenerationLimits limits;
+    int max_model_len = 0;
+    int64_t created = 0;  // unix time the server started ("created" of /v1/models)
+    Metrics metrics;
+    ResponseStore responses;
+    std::atomic<uint64_t> next_request{1};
+
+    ServerContext(engine::Engine& e, const tok::Tokenizer& t, ServerOptions o)
+        : engine(e), tokenizer(t), options(std::move(o)), responses(options.max_stored_responses) {}
+
+    // A new id with this prefix: "chatcmpl-1a2b...".
+    std::string new_id(const char* prefix);
+};
+
+int64_t unix_time();
+
+}  // namespace osprey::server
