@@ -1,0 +1,60 @@
+// `osprey bench serve`: an HTTP load generator for an OpenAI-compatible server (osprey serve or any
+// other). For each concurrency level it sends streamed /v1/chat/completions requests, at most
+// `concurrency` in flight, arriving all at once (closed loop) or as a Poisson process of
+// `request_rate` requests/s; prompts and output budgets are drawn from log-normal distributions
+// around the requested means (clamped to [1, 4 x mean]), prompts made of common English words.
+//
+// Per request it measures, from the moment the request is sent:
+//   TTFT  until the first streamed delta carrying generated text: `content`, `reasoning_content`
+//         or `reasoning` (Harmony's analysis channel counts as generated output), or a tool call;
+//   ITL   the gaps between successive such deltas;
+//   TPOT  (end to end - TTFT) / (output tokens - 1);
+//   E2E   until the stream ends ([DONE] or the end of the response).
+// Output tokens are the server's usage.completion_tokens (requested with stream_options) when it
+// reports them, else the number of text-carrying deltas. Requests end wherever the server stops
+// them (max_tokens, a stop token or string): nothing asks the server to ignore end-of-sequence.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "benchtool/model_bench.h"
+#include "benchtool/stats.h"
+#include "core/json.h"
+
+namespace osprey::benchtool {
+
+struct ServeOptions {
+    std::string url = "http://127.0.0.1:8000";
+    std::string model;    // empty: the first id of GET /v1/models
+    std::string api_key;  // sent as a Bearer token when set
+    std::vector<int> concurrencies = {1, 2, 4, 8, 16, 32, 64, 128};
+    int requests_per_level = 0;  // 0: max(8, 4 x concurrency)
+    double request_rate = 0;     // requests/s (Poisson); 0: all at once, limited by concurrency
+    int input_len = 256;         // mean prompt words (about one token each)
+    int output_len = 128;        // mean max_tokens
+    double len_sigma = 0.5;      // log-normal sigma of both lengths; 0: fixed lengths
+    double timeout_s = 600;      // per socket wait
+    uint64_t seed = 1;
+};
+
+struct ServeLevel {
+    int concurrency = 0;
+    int n_requests = 0, n_ok = 0, n_failed = 0;
+    std::string first_error;
+    double duration_s = 0;
+    double request_throughput = 0;   // successful requests/s
+    double output_tokens_per_s = 0;  // all successful requests' output tokens / duration
+    double total_tokens_per_s = 0;   // (prompt + output) tokens / duration
+    double mean_input_tokens = 0, mean_output_tokens = 0;
+    bool usage_reported = false;     // token counts came from the server's usage
+    Summary ttft_s, itl_s, tpot_s, e2e_s;
+    json::Value to_json() const;
+};
+
+// The served model id (GET /v1/models) when options.model is empty.
+std::string resolve_model(const ServeOptions& o);
+std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progress);
+
+}  // namespace osprey::benchtool

@@ -1,0 +1,405 @@
+// `osprey bench`: prefill and decode benchmarks of a model backend, a load generator for an
+// OpenAI-compatible server, and charts of the results. Each run writes PREFIX.json and PREFIX.md
+// (the run's layout, model, weight format, device, commit and date, then the results).
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "benchtool/chart.h"
+#include "benchtool/model_bench.h"
+#include "benchtool/png.h"
+#include "benchtool/report.h"
+#include "benchtool/run_info.h"
+#include "benchtool/serve_bench.h"
+#include "cli/builtin_model.h"
+#include "cli/command.h"
+#include "core/check.h"
+#include "model/gpt_oss_ref.h"
+#include "model/weights.h"
+#ifdef OSPREY_HAVE_CUDA
+#include "model/cuda/gpt_oss_cuda.h"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace osprey;
+using benchtool::fixed;
+
+constexpr const char* kHelp =
+    "usage: osprey bench prefill [common] [--lengths 1024,2048,4096,8192,16384,32768] [--repeats 5] [--warmup 1]\n"
+    "       osprey bench decode  [common] [--batches 1,2,4,8,16,32,64,128] [--contexts 8192,32768]\n"
+    "                            [--steps 32] [--warmup 4] [--kv-fill prefill|shared]\n"
+    "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
+    "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
+    "                            [--input-len 256] [--output-len 128] [--len-sigma 0.5] [--timeout S]\n"
+    "                            [--gpu-price 3.00] [--tp N --ep N --dp N] [--out PREFIX] [--seed S]\n"
+    "       osprey bench plot    REPORT.json... [--out DIR] [--width 960] [--height 640]\n"
+    "\n"
+    "common: [--model DIR] [--backend auto|cpu|cuda] [--threads N] [--tp 1] [--ep 1] [--dp 1]\n"
+    "        [--gpu-price 3.00] [--chunk 8192] [--page-size 32] [--seed S] [--out PREFIX]\n"
+    "\n"
+    "prefill: batch 1, random prompts of each length (chunks of --chunk tokens); time to first token\n"
+    "  (median, p90 over --repeats after --warmup), input tokens/s, USD per million input tokens.\n"
+    "decode: every batch size at every context length (the KV cache holds that many positions per\n"
+    "  sequence before timing); step latency (median, p90), tokens/s per user and in total, USD per\n"
+    "  million output tokens. --kv-fill prefill (default) prefills every sequence for real; shared\n"
+    "  prefills each context once and shares its pages (see docs/benchmarks.md).\n"
+    "serve: streamed chat completions against a running server at each concurrency (Poisson arrivals\n"
+    "  at --request-rate req/s, or all at once when 0); TTFT, inter-token latency, TPOT, end-to-end\n"
+    "  latency percentiles and throughput. Reasoning deltas count as generated tokens.\n"
+    "plot: speed per user vs cost per million tokens, one curve per layout and context, as PNG + SVG.\n"
+    "\n"
+    "Without --model, the built-in tiny model (random weights) is used. --gpu-price is USD per\n"
+    "GPU-hour (times the GPUs of the layout). Only --tp/--ep/--dp 1 run today. --out PREFIX writes\n"
+    "PREFIX.json and PREFIX.md (default osprey-bench-<command>).\n";
+
+std::vector<int> parse_int_list(const std::string& flag, const std::string& text) {
+    std::vector<int> out;
+    std::stringstream ss(text);
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+        size_t used = 0;
+        long long v = -1;
+        try {
+            v = std::stoll(item, &used);
+        } catch (const std::exception&) {
+            used = 0;
+        }
+        OSPREY_CHECK(!item.empty() && used == item.size() && v >= 1 && v <= (1 << 24), "--", flag, ": '", item,
+                     "' is not a positive integer (expected a list like 1,2,4)");
+        out.push_back(int(v));
+    }
+    OSPREY_CHECK(!out.empty(), "--", flag, " is empty");
+    return out;
+}
+
+int int_flag(const cli::Args& a, const char* flag, int fallback, int lo, int hi) {
+    const long long v = a.get_int(flag, fallback);
+    OSPREY_CHECK(v >= lo && v <= hi, "--", flag, " must be in [", lo, ", ", hi, "], got ", v);
+    return int(v);
+}
+
+benchtool::ParallelLayout layout_flags(const cli::Args& a) {
+    benchtool::ParallelLayout l;
+    l.tp = int_flag(a, "tp", 1, 1, 1024);
+    l.ep = int_flag(a, "ep", 1, 1, 1024);
+    l.dp = int_flag(a, "dp", 1, 1, 1024);
+    return l;
+}
+
+double price_flag(const cli::Args& a) {
+    const double p = a.get_double("gpu-price", 3.0);
+    OSPREY_CHECK(p >= 0 && p <= 1e6, "--gpu-price must be in [0, 1e6] USD per GPU-hour, got ", p);
+    return p;
+}
+
+bool have_gpu() {
+    struct stat st{};
+    return ::stat("/dev/nvidia0", &st) == 0;
+}
+
+std::string model_summary(const model::Config& c) {
+    std::string shape = c.n_layers == 24 && c.n_experts == 32   ? "gpt-oss-20b shape"
+                        : c.n_layers == 36 && c.n_experts == 128 ? "gpt-oss-120b shape"
+                                                                 : "gpt-oss family";
+    return str(shape, ": ", c.n_layers, " layers, d_model ", c.d_model, ", ", c.n_experts, " experts (top-", c.top_k,
+               "), vocab ", c.vocab_size);
+}
+
+// The model and backend of a prefill/decode run, with the run's metadata filled in.
+struct Backend {
+    std::optional<model::Weights> weights;  // outlives the runner
+    std::unique_ptr<model::ModelRunner> runner;
+    benchtool::RunInfo info;
+};
+
+Backend open_backend(const cli::Args& a, const std::string& command, int max_tokens, int max_rows) {
+    Backend b;
+    b.info = benchtool::RunInfo::now(command);
+    b.info.layout = layout_flags(a);
+    b.info.layout.check_runnable();
+    b.info.price_per_gpu_hour = price_flag(a);
+    const std::string backend = a.get("backend", "auto");
+    OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
+                 backend, "'");
+    const int threads = int_flag(a, "threads", 0, 0, 1024);
+    const fs::path dir = a.has("model") ? fs::path(a.get("model")) : cli::builtin_model_dir();
+    b.weights = model::Weights::load(dir);
+    const model::Config c = b.weights->config;
+    b.info.checkpoint = fs::absolute(dir).lexically_normal().string();
+    b.info.checkpoint_layout = model::layout_name(b.weights->layout);
+    b.info.model = model_summary(c);
+    [[maybe_unused]] const bool cuda = backend == "cuda" || (backend == "auto" && have_gpu());
+#ifdef OSPREY_HAVE_CUDA
+    if (cuda) {
+        b.runner = std::make_unique<model::CudaRunner>(
+            *b.weights, model::CudaRunnerOptions{.max_tokens = max_tokens,
+                                                 .max_logit_rows = std::max(max_rows, 1),
+                                                 .max_slices = std::max(max_rows, 1) + 1});
+        b.info.backend = "cuda";
+        b.info.device = b.runner->name();
+        b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; BF16 activations and KV";
+    }
+#else
+    OSPREY_CHECK(backend != "cuda", "--backend cuda: this osprey was built without CUDA");
+#endif
+    if (!b.runner) {
+        b.runner = std::make_unique<model::CpuReference>(std::move(*b.weights),
+                                                         model::CpuReferenceOptions{.n_threads = threads});
+        b.weights.reset();
+        const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
+        b.info.backend = "cpu";
+        b.info.device = str(b.runner->name(), " (", benchtool::cpu_model_name(), ", ", n, " threads)");
+        b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; FP32 activations and KV";
+    }
+    return b;
+}
+
+std::string out_prefix(const cli::Args& a, const std::string& command) {
+    const std::string p = a.get("out", "osprey-bench-" + command);
+    OSPREY_CHECK(!p.empty(), "--out is empty");
+    const fs::path parent = fs::path(p).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+    return p;
+}
+
+void write_outputs(const std::string& prefix, const json::Value& report, const std::string& markdown) {
+    benchtool::write_text_file(prefix + ".json", report.dump(2) + "\n");
+    benchtool::write_text_file(prefix + ".md", markdown);
+    std::printf("wrote %s.json and %s.md\n", prefix.c_str(), prefix.c_str());
+}
+
+void print_line(const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+}
+
+const std::vector<std::string> kModelFlags = {"model", "backend", "threads", "tp", "ep", "dp", "gpu-price",
+                                              "chunk", "page-size", "seed", "out", "warmup"};
+
+int bench_prefill(const std::vector<std::string>& argv) {
+    std::vector<std::string> flags = kModelFlags;
+    flags.insert(flags.end(), {"lengths", "repeats"});
+    const cli::Args a(argv, flags);
+    OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
+    benchtool::PrefillOptions o;
+    if (a.has("lengths")) o.lengths = parse_int_list("lengths", a.get("lengths"));
+    o.repeats = int_flag(a, "repeats", o.repeats, 1, 100000);
+    o.warmup = int_flag(a, "warmup", o.warmup, 0, 100000);
+    o.chunk = int_flag(a, "chunk", o.chunk, 1, 1 << 20);
+    o.page_size = int_flag(a, "page-size", o.page_size, 1, 4096);
+    o.seed = uint64_t(a.get_int("seed", 1));
+    const std::string prefix = out_prefix(a, "prefill");
+    Backend b = open_backend(a, "prefill", o.chunk, 1);
+    print_line(str("osprey bench prefill: ", b.info.model, " on ", b.info.device, ", layout ", b.info.layout.label()));
+    const auto rows = benchtool::run_prefill(*b.runner, o, b.info.price_per_hour(), print_line);
+
+    json::Value settings = json::Object{};
+    json::Array lengths;
+    for (int l : o.lengths) lengths.push_back(l);
+    settings.set("lengths", std::move(lengths));
+    settings.set("batch", 1);
+    settings.set("repeats", o.repeats);
+    settings.set("warmup", o.warmup);
+    settings.set("chunk", o.chunk);
+    settings.set("page_size", o.page_size);
+    settings.set("seed", int64_t(o.seed));
+    json::Array results;
+    std::vector<std::vector<std::string>> table;
+    for (const auto& r : rows) {
+        results.push_back(r.to_json());
+        table.push_back({std::to_string(r.prompt_tokens), fixed(r.ttft_s.median * 1e3, 2), fixed(r.ttft_s.p90 * 1e3, 2),
+                         fixed(r.input_tokens_per_s, 1), fixed(r.cost_per_million_input, 4)});
+    }
+    const std::string md =
+        str("# osprey bench prefill\n\n", benchtool::markdown_run_info(b.info), "- settings: batch 1, ", o.repeats,
+            " timed runs after ", o.warmup, " warm-up per length, chunks of ", o.chunk, " tokens\n\n",
+            benchtool::markdown_table({"prompt tokens", "TTFT median (ms)", "TTFT p90 (ms)", "input tokens/s",
+                                       "USD / M input tokens"},
+                                      table));
+    write_outputs(prefix, benchtool::make_report(b.info, std::move(settings), std::move(results)), md);
+    return 0;
+}
+
+int bench_decode(const std::vector<std::string>& argv) {
+    std::vector<std::string> flags = kModelFlags;
+    flags.insert(flags.end(), {"batches", "contexts", "steps", "kv-fill"});
+    const cli::Args a(argv, flags);
+    OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
+    benchtool::DecodeOptions o;
+    if (a.has("batches")) o.batches = parse_int_list("batches", a.get("batches"));
+    if (a.has("contexts")) o.contexts = parse_int_list("contexts", a.get("contexts"));
+    o.steps = int_flag(a, "steps", o.steps, 1, 1000000);
+    o.warmup = int_flag(a, "warmup", o.warmup, 0, 1000000);
+    o.chunk = int_flag(a, "chunk", o.chunk, 1, 1 << 20);
+    o.page_size = int_flag(a, "page-size", o.page_size, 1, 4096);
+    o.fill = benchtool::parse_kv_fill(a.get("kv-fill", "prefill"));
+    o.seed = uint64_t(a.get_int("seed", 1));
+    const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+    const std::string prefix = out_prefix(a, "decode");
+    Backend b = open_backend(a, "decode", std::max(o.chunk, max_batch), max_batch);
+    print_line(str("osprey bench decode: ", b.info.model, " on ", b.info.device, ", layout ", b.info.layout.label()));
+    const auto rows = benchtool::run_decode(*b.runner, o, b.info.price_per_hour(), print_line);
+
+    json::Value settings = json::Object{};
+    json::Array batches, contexts;
+    for (int x : o.batches) batches.push_back(x);
+    for (int x : o.contexts) contexts.push_back(x);
+    settings.set("batches", std::move(batches));
+    settings.set("contexts", std::move(contexts));
+    settings.set("steps", o.steps);
+    settings.set("warmup", o.warmup);
+    settings.set("chunk", o.chunk);
+    settings.set("page_size", o.page_size);
+    settings.set("kv_fill", benchtool::kv_fill_name(o.fill));
+    settings.set("seed", int64_t(o.seed));
+    json::Array results;
+    std::vector<std::vector<std::string>> table;
+    for (const auto& r : rows) {
+        results.push_back(r.to_json());
+        table.push_back({std::to_string(r.context), std::to_string(r.batch), fixed(r.mean_context, 0),
+                         fixed(r.step_s.median * 1e3, 3), fixed(r.step_s.p90 * 1e3, 3),
+                         fixed(r.tokens_per_s_per_user, 1), fixed(r.total_tokens_per_s, 1),
+                         fixed(r.cost_per_million_output, 4)});
+    }
+    const std::string md = str(
+        "# osprey bench decode\n\n", benchtool::markdown_run_info(b.info), "- settings: ", o.steps,
+        " timed steps after ", o.warmup, " warm-up per batch size; KV cache filled by --kv-fill ",
+        benchtool::kv_fill_name(o.fill), "\n\n",
+        benchtool::markdown_table({"context", "batch", "mean context", "step median (ms)", "step p90 (ms)",
+                                   "tokens/s per user", "total tokens/s", "USD / M output tokens"},
+                                  table));
+    write_outputs(prefix, benchtool::make_report(b.info, std::move(settings), std::move(results)), md);
+    return 0;
+}
+
+int bench_serve(const std::vector<std::string>& argv) {
+    const cli::Args a(argv, {"url", "served-model", "api-key", "concurrency", "requests", "request-rate", "input-len",
+                             "output-len", "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed"});
+    OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
+    benchtool::ServeOptions o;
+    o.url = a.get("url", o.url);
+    o.model = a.get("served-model");
+    o.api_key = a.get("api-key");
+    if (o.api_key.empty())
+        if (const char* env = std::getenv("OSPREY_API_KEY"); env) o.api_key = env;
+    if (a.has("concurrency")) o.concurrencies = parse_int_list("concurrency", a.get("concurrency"));
+    o.requests_per_level = int_flag(a, "requests", 0, 0, 1000000);
+    o.request_rate = a.get_double("request-rate", 0.0);
+    o.input_len = int_flag(a, "input-len", o.input_len, 1, 1000000);
+    o.output_len = int_flag(a, "output-len", o.output_len, 1, 1000000);
+    o.len_sigma = a.get_double("len-sigma", o.len_sigma);
+    o.timeout_s = a.get_double("timeout", o.timeout_s);
+    OSPREY_CHECK(o.timeout_s > 0 && o.timeout_s <= 86400, "--timeout must be in (0, 86400] seconds");
+    o.seed = uint64_t(a.get_int("seed", 1));
+    const std::string prefix = out_prefix(a, "serve");
+
+    benchtool::RunInfo info = benchtool::RunInfo::now("serve");
+    // The layout describes the server under test (recorded for the cost columns), so any degree is accepted.
+    info.layout = layout_flags(a);
+    info.price_per_gpu_hour = price_flag(a);
+    info.backend = "http";
+    info.device = o.url;
+    o.model = benchtool::resolve_model(o);
+    info.checkpoint = o.model;
+    info.model = "served model '" + o.model + "'";
+    info.weight_format = "as served";
+    print_line(str("osprey bench serve: ", o.url, ", model '", o.model, "'"));
+    const auto levels = benchtool::run_serve(o, print_line);
+
+    json::Value settings = json::Object{};
+    json::Array conc;
+    for (int c : o.concurrencies) conc.push_back(c);
+    settings.set("url", o.url);
+    settings.set("concurrency", std::move(conc));
+    settings.set("requests_per_level", o.requests_per_level);
+    settings.set("request_rate", o.request_rate);
+    settings.set("input_len", o.input_len);
+    settings.set("output_len", o.output_len);
+    settings.set("len_sigma", o.len_sigma);
+    settings.set("seed", int64_t(o.seed));
+    json::Array results;
+    std::vector<std::vector<std::string>> table;
+    bool any_failed_level = false;
+    for (const auto& L : levels) {
+        json::Value v = L.to_json();
+        const double cost = benchtool::cost_per_million(info.price_per_hour(), L.output_tokens_per_s);
+        v.set("cost_per_million_output_usd", cost);
+        results.push_back(std::move(v));
+        any_failed_level = any_failed_level || L.n_ok == 0;
+        table.push_back({std::to_string(L.concurrency), str(L.n_ok, "/", L.n_failed), fixed(L.request_throughput, 2),
+                         fixed(L.output_tokens_per_s, 1), fixed(L.ttft_s.median * 1e3, 1), fixed(L.ttft_s.p90 * 1e3, 1),
+                         fixed(L.itl_s.median * 1e3, 2), fixed(L.itl_s.p90 * 1e3, 2), fixed(L.tpot_s.median * 1e3, 2),
+                         fixed(L.e2e_s.median, 3), fixed(L.e2e_s.p90, 3), fixed(cost, 4)});
+    }
+    const std::string md = str(
+        "# osprey bench serve\n\n", benchtool::markdown_run_info(info), "- settings: ",
+        o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
+        ", prompts ~", o.input_len, " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
+        benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
+                                   "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",
+                                   "E2E median (s)", "E2E p90 (s)", "USD / M output tokens"},
+                                  table));
+    write_outputs(prefix, benchtool::make_report(info, std::move(settings), std::move(results)), md);
+    OSPREY_CHECK(!any_failed_level, "every request of a concurrency level failed (first error in ", prefix, ".json)");
+    return 0;
+}
+
+int bench_plot(const std::vector<std::string>& argv) {
+    const cli::Args a(argv, {"out", "width", "height"});
+    OSPREY_CHECK(!a.positional().empty(), "bench plot needs one or more report files (osprey bench decode/prefill --out)");
+    const int width = int_flag(a, "width", 960, 480, 4096);
+    const int height = int_flag(a, "height", 640, 320, 4096);
+    std::vector<json::Value> reports;
+    for (const std::string& path : a.positional()) {
+        json::Value r;
+        try {
+            r = json::parse(benchtool::read_text_file(path));
+            benchtool::check_report(r);
+        } catch (const Error& e) {
+            OSPREY_FAIL(path, ": ", e.what());
+        }
+        reports.push_back(std::move(r));
+    }
+    const auto charts = benchtool::charts_from_reports(reports);
+    OSPREY_CHECK(!charts.empty(), "no prefill or decode results in the given reports");
+    const fs::path dir = a.get("out", ".");
+    fs::create_directories(dir);
+    for (const auto& [name, chart] : charts) {
+        const std::string base = (dir / name).string();
+        benchtool::write_text_file(base + ".svg", benchtool::render_svg(chart, width, height));
+        benchtool::write_file(base + ".png", benchtool::render_png(chart, width, height));
+        std::printf("wrote %s.svg and %s.png\n", base.c_str(), base.c_str());
+    }
+    return 0;
+}
+
+int run_bench(const std::vector<std::string>& argv) {
+    if (argv.empty() || argv[0] == "--help" || argv[0] == "-h" || argv[0] == "help") {
+        std::fputs(kHelp, stdout);
+        return argv.empty() ? 2 : 0;
+    }
+    const std::vector<std::string> rest(argv.begin() + 1, argv.end());
+    for (const auto& s : rest)
+        if (s == "--help" || s == "-h") {
+            std::fputs(kHelp, stdout);
+            return 0;
+        }
+    if (argv[0] == "prefill") return bench_prefill(rest);
+    if (argv[0] == "decode") return bench_decode(rest);
+    if (argv[0] == "serve") return bench_serve(rest);
+    if (argv[0] == "plot") return bench_plot(rest);
+    OSPREY_FAIL("unknown bench command '", argv[0], "' (prefill, decode, serve or plot)");
+}
+
+}  // namespace
+
+OSPREY_COMMAND(bench, "benchmarks: prefill, decode, serve (HTTP load), plot", run_bench);
