@@ -34,7 +34,10 @@ inline uint64_t hash_bytes(std::string_view s) {
     return mix(h);
 }
 
-inline uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+constexpr int kIdBits = 18;
+constexpr uint64_t kIdMask = (uint64_t(1) << kIdBits) - 1;
+constexpr uint64_t kEmptyPair = ~uint64_t(0);
+inline uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(a) << kIdBits) | uint64_t(b); }
 
 // First (up to) 8 bytes, zero padded.
 inline uint64_t prefix_of(std::string_view s) {
@@ -53,6 +56,8 @@ size_t table_size(size_t n, double max_load) {
 }  // namespace
 
 Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
+    OSPREY_CHECK(tokens_.size() <= (size_t(1) << kIdBits), "a BPE vocabulary of ", tokens_.size(),
+                 " tokens is larger than the ", size_t(1) << kIdBits, " supported");
     std::fill(std::begin(byte_rank_), std::end(byte_rank_), -1);
     by_bytes_.assign(table_size(tokens_.size(), 0.5), BytesSlot{});
     const size_t mask = by_bytes_.size() - 1;
@@ -81,12 +86,12 @@ Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
             if (b) pairs.emplace_back(pair_key(*a, *b), int32_t(r));
         }
     }
-    pairs_.assign(table_size(pairs.size(), 0.6), PairSlot{});
+    pairs_.assign(table_size(pairs.size(), 0.5), kEmptyPair);
     const size_t pmask = pairs_.size() - 1;
     for (const auto& [key, rank] : pairs) {
         size_t slot = mix(key) & pmask;
-        while (pairs_[slot].rank >= 0) slot = (slot + 1) & pmask;
-        pairs_[slot] = {key, rank, 0};
+        while (pairs_[slot] != kEmptyPair) slot = (slot + 1) & pmask;
+        pairs_[slot] = key << kIdBits | uint64_t(rank);
     }
 }
 
@@ -108,9 +113,9 @@ int32_t Bpe::merged_rank(int32_t a, int32_t b) const {
     const uint64_t key = pair_key(a, b);
     const size_t mask = pairs_.size() - 1;
     for (size_t slot = mix(key) & mask;; slot = (slot + 1) & mask) {
-        const PairSlot& s = pairs_[slot];
-        if (s.key == key) return s.rank;
-        if (s.rank < 0) return -1;
+        const uint64_t s = pairs_[slot];
+        if (s == kEmptyPair) return -1;
+        if ((s >> kIdBits) == key) return int32_t(s & kIdMask);
     }
 }
 

@@ -13,8 +13,8 @@ namespace osprey::tok {
 
 class Bpe {
 public:
-    // tokens[rank] = the token's bytes. All 256 single bytes must be present and no two tokens may
-    // be equal (throws osprey::Error naming the rank otherwise).
+    // tokens[rank] = the token's bytes. All 256 single bytes must be present, no two tokens may be
+    // equal and there may be at most 2^18 tokens (throws osprey::Error naming the problem otherwise).
     explicit Bpe(std::vector<std::string> tokens);
 
     int n_tokens() const { return int(tokens_.size()); }
@@ -37,17 +37,13 @@ private:
         uint32_t len = 0;
         int32_t rank = -1;  // -1: empty
     };
-    struct PairSlot {
-        uint64_t key = ~uint64_t(0);  // a << 32 | b; ~0: empty
-        int32_t rank = -1;
-        int32_t unused = 0;
-    };
 
     std::vector<std::string> tokens_;  // [n_tokens] bytes of each rank
     size_t max_token_len_ = 0;
     int32_t byte_rank_[256];
     std::vector<BytesSlot> by_bytes_;  // [power of two ≥ 2 n_tokens], linear probing
-    std::vector<PairSlot> pairs_;      // [power of two ≥ 1.6 n_pairs], linear probing
+    // Merges packed in one word: (a << 18 | b) << 18 | rank, ~0 = empty (ids < 2^18); linear probing.
+    std::vector<uint64_t> pairs_;  // [power of two ≥ 2 n_pairs]
 };
 
 }  // namespace osprey::tok
