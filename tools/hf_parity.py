@@ -17,6 +17,9 @@ Each kept row holds K = 512 ids: the 32 largest logits of that row (in descendin
 
 Cases: "short" (12 prompt tokens, logits at every position) and "long" (320 prompt tokens, so that
 positions pass the 128-token sliding window; logits at 14 positions around the window edges).
+For "short", <case>.steps.f32 also holds intermediates for a layer-by-layer comparison, named as the
+CPU reference's dump steps: per layer, resid_attn [T, H], router_logits [T, E], resid_mlp [T, H]
+(float32, concatenated in the order and at the offsets (in floats) listed in the manifest).
 
 usage: hf_parity.py --model DIR --out DIR [--device cpu|cuda] [--seed N] [--preset tiny] [--command TEXT]
 """
@@ -103,11 +106,48 @@ def check_model(model, model_dir):
     assert np.array_equal(hf.T, w), "transformers' dequantised experts differ from the spec's MXFP4 decoding"
 
 
+# Intermediates recorded for the "short" case, named as the CPU reference's dump steps
+# (model/gpt_oss_ref.h): the residual stream after each half-block and the router logits, every token.
+STEP_NAMES = ["resid_attn", "router_logits", "resid_mlp"]
+
+
+def record_steps(model, store):
+    """Forward hooks that put each layer's intermediates into store[(step, layer)] ([T, width])."""
+    handles = []
+    for i, layer in enumerate(model.model.layers):
+        def pre_norm(mod, args, i=i):  # the post-attention norm's input is x after the attention residual
+            store[("resid_attn", i)] = args[0][0].detach().float().cpu()
+        def router(mod, args, out, i=i):
+            store[("router_logits", i)] = out[0].detach().float().cpu()
+        def block(mod, args, out, i=i):
+            out = out[0] if isinstance(out, tuple) else out
+            store[("resid_mlp", i)] = out[0].detach().float().cpu()
+        handles.append(layer.post_attention_layernorm.register_forward_pre_hook(pre_norm))
+        handles.append(layer.mlp.router.register_forward_hook(router))
+        handles.append(layer.register_forward_hook(block))
+    return handles
+
+
 @torch.no_grad()
-def run_case(model, device, name, length, seed, positions, vocab, out_dir):
+def run_case(model, device, name, length, seed, positions, vocab, out_dir, with_steps=False):
     ids = prompt_ids(length, seed)
     x = torch.tensor([ids], device=device)
+    store = {}
+    handles = record_steps(model, store) if with_steps else []
     out = model(input_ids=x, use_cache=False, output_router_logits=True)
+    for h in handles:
+        h.remove()
+    steps = []
+    if with_steps:
+        blobs, offset = [], 0
+        for layer in range(model.config.num_hidden_layers):
+            for step in STEP_NAMES:
+                t = store[(step, layer)].numpy().astype("<f4")
+                assert t.shape[0] == length, f"{step} {layer}: shape {t.shape}"
+                steps.append({"name": step, "layer": layer, "width": int(t.shape[1]), "offset": offset})
+                blobs.append(t.reshape(-1))
+                offset += t.size
+        np.concatenate(blobs).tofile(os.path.join(out_dir, f"{name}.steps.f32"))
     logits = out.logits[0].float().cpu()  # [T, vocab]
     fixed = fixed_ids(vocab)
     rows_ids, rows_val, margins = [], [], []
@@ -150,6 +190,8 @@ def run_case(model, device, name, length, seed, positions, vocab, out_dir):
         "greedy_tokens": greedy,
         "greedy_top1_top2_margins": greedy_margins,
         "router_4th_5th_min_gap_per_layer": router_gaps,
+        "steps_file": f"{name}.steps.f32" if with_steps else None,
+        "steps": steps,
     }
 
 
@@ -173,7 +215,8 @@ def main():
     model = load_model(args.model, args.device)
     check_model(model, args.model)
     vocab = model.config.vocab_size
-    cases = [run_case(model, args.device, n, L, s, pos, vocab, args.out) for n, (L, s, pos) in CASES.items()]
+    cases = [run_case(model, args.device, n, L, s, pos, vocab, args.out, with_steps=(n == "short"))
+             for n, (L, s, pos) in CASES.items()]
 
     import transformers
 

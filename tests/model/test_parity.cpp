@@ -10,6 +10,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -152,6 +153,54 @@ TEST_P(Parity, logits_and_greedy_continuation_match_transformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(hf, Parity, ::testing::Values("short", "long"));
+
+// Layer by layer, with the dump hook's step names: the residual stream after each half-block and the
+// router logits of every token of the short prompt, against transformers' (same inputs, one prefill).
+TEST(ParitySteps, short_prompt_layer_by_layer) {
+    constexpr double kMaxStepRelErr = 1e-5;
+    const json::Value manifest = read_manifest();
+    const json::Value* short_case = nullptr;
+    for (const json::Value& c : manifest.at("cases").as_array())
+        if (c.at("name").as_string() == "short") short_case = &c;
+    ASSERT_NE(short_case, nullptr);
+    const json::Value& c = *short_case;
+    ASSERT_FALSE(c.at("steps_file").is_null()) << "the goldens have no intermediates";
+    const std::vector<int32_t> prompt = int_list(c.at("prompt_ids"));
+    size_t total = 0;
+    for (const json::Value& st : c.at("steps").as_array())
+        total = std::max(total, size_t(st.at("offset").as_int() + st.at("width").as_int() * int64_t(prompt.size())));
+    const auto want = read_binary<float>(golden_dir() / c.at("steps_file").as_string(), total);
+
+    const json::Value& ckpt = manifest.at("checkpoint");
+    const std::string preset = ckpt.at("preset").as_string();
+    const uint64_t seed = uint64_t(ckpt.at("seed").as_int());
+    CpuReference ref(
+        Weights::load(test::synthetic_checkpoint(preset + "-" + std::to_string(seed), preset_config(preset), seed)));
+    ref.allocate_kv({.page_size = 32, .n_pages = 1, .n_window_slots = 1});
+    std::map<std::pair<std::string, int>, std::vector<float>> got;
+    ref.set_dump([&](std::string_view name, int layer, std::span<const float> v) {
+        got[{std::string(name), layer}].assign(v.begin(), v.end());
+    });
+    test::Seq seq{.tokens = prompt, .pages = {0}};
+    test::step(ref, seq, int(prompt.size()));
+
+    for (const json::Value& st : c.at("steps").as_array()) {
+        const std::string name = st.at("name").as_string();
+        const int layer = int(st.at("layer").as_int());
+        const size_t width = size_t(st.at("width").as_int()), offset = size_t(st.at("offset").as_int());
+        auto it = got.find({name, layer});
+        ASSERT_NE(it, got.end()) << "the reference has no step " << name << " in layer " << layer;
+        ASSERT_EQ(it->second.size(), width * prompt.size()) << name << " " << layer;
+        double max_diff = 0.0, max_ref = 0.0;
+        for (size_t i = 0; i < it->second.size(); ++i) {
+            max_diff = std::max(max_diff, std::abs(double(it->second[i]) - want[offset + i]));
+            max_ref = std::max(max_ref, std::abs(double(want[offset + i])));
+        }
+        EXPECT_LE(max_diff / max_ref, kMaxStepRelErr) << name << " layer " << layer << ": max |diff| " << max_diff
+                                                      << " of max |value| " << max_ref;
+        std::printf("[parity] %-13s layer %d: relative error %.3g\n", name.c_str(), layer, max_diff / max_ref);
+    }
+}
 
 }  // namespace
 }  // namespace osprey::model
