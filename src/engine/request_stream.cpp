@@ -83,7 +83,7 @@ bool RequestStream::cancel_requested() const {
 }
 
 void RequestStream::set_callback(std::function<void()> callback) {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(callback_mu_);
     callback_ = std::move(callback);
 }
 
@@ -106,7 +106,6 @@ int RequestStream::notify_fd() {
 }
 
 void RequestStream::push(Event event) {
-    std::function<void()> callback;
     {
         std::lock_guard lock(mu_);
         OSPREY_CHECK(n_finished_pushed_ < n_samples_, "event for finished request '", id_, "'");
@@ -116,10 +115,10 @@ void RequestStream::push(Event event) {
             const uint64_t one = 1;
             [[maybe_unused]] const ssize_t w = ::write(fd_, &one, sizeof one);
         }
-        callback = callback_;
     }
     cv_.notify_all();
-    if (callback) callback();
+    std::lock_guard lock(callback_mu_);
+    if (callback_) callback_();
 }
 
 }  // namespace osprey::engine

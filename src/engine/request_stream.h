@@ -39,7 +39,9 @@ public:
     void cancel();
     bool cancel_requested() const;
 
-    // Called on the engine thread after events are pushed (keep it short: e.g. wake an event loop).
+    // Called on the engine thread after events are pushed (keep it short: e.g. wake an event loop;
+    // it may pop events but must not call set_callback). Once set_callback returns, the previous
+    // callback is not running and never runs again, so an owner can clear it before dying.
     void set_callback(std::function<void()> callback);
     // A Linux eventfd that is readable while events are queued (created on first call; the stream
     // owns and closes it). For poll/epoll-based servers.
@@ -61,6 +63,7 @@ private:
     int n_finished_pushed_ = 0;
     int n_finished_popped_ = 0;
     bool cancel_ = false;
+    std::mutex callback_mu_;  // held while the callback runs and while it is replaced
     std::function<void()> callback_;
     std::function<void()> cancel_hook_;
     int fd_ = -1;

@@ -394,3 +394,18 @@ TEST(engine, queue_limit_refuses_requests_clearly) {
     engine.run_until_idle();
     EXPECT_EQ(test::collect(*c)[0].tokens.size(), 3u);
 }
+
+TEST(engine, callbacks_run_per_event_and_stop_once_cleared) {
+    FakeRunner runner;
+    Engine engine(runner, small_options());
+    auto s = engine.submit(greedy_request({1, 2, 3}, 5));
+    int calls = 0;
+    s->set_callback([&] { ++calls; });
+    engine.step();
+    engine.step();
+    EXPECT_EQ(calls, 2);
+    s->set_callback({});
+    engine.run_until_idle();
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(test::collect(*s)[0].tokens.size(), 5u);
+}
