@@ -20,8 +20,9 @@ struct Problem {
     int kv_width() const { return n_kv_heads * head_dim; }
 };
 
-Problem make_problem(int n_positions, uint32_t seed) {
+Problem make_problem(int n_positions, uint32_t seed, int n_heads = 8) {
     Problem p;
+    p.n_heads = n_heads;
     p.n_positions = n_positions;
     p.k = test::random_floats(size_t(n_positions) * p.kv_width(), seed, -2.0f, 2.0f);
     p.v = test::random_floats(size_t(n_positions) * p.kv_width(), seed + 1);
@@ -118,8 +119,11 @@ TEST(cpu_attention, window_holds_exactly_window_keys_including_self) {
 }
 
 TEST(cpu_attention, query_head_reads_kv_head_h_over_group) {
-    // Zero the values of kv head 1: heads 0..3 (kv head 0) keep their outputs, heads 4..7 read zeros.
-    Problem p = make_problem(5, 4);
+    // gpt-oss's grouping: 8 query heads per kv head. Zero the values of kv head 1: heads 0..7 (kv head 0)
+    // keep their outputs, heads 8..15 read zeros.
+    Problem p = make_problem(5, 4, /*n_heads=*/16);
+    const int group = p.n_heads / p.n_kv_heads;
+    ASSERT_EQ(group, 8);
     const std::vector<int32_t> pos = {4};
     const auto q = test::random_floats(p.n_heads * p.head_dim, 7);
     for (int j = 0; j < 5; ++j)
@@ -128,9 +132,11 @@ TEST(cpu_attention, query_head_reads_kv_head_h_over_group) {
     for (int h = 0; h < p.n_heads; ++h) {
         double mag = 0;
         for (int c = 0; c < p.head_dim; ++c) mag += std::abs(out[h * p.head_dim + c]);
-        if (h < 4) EXPECT_GT(mag, 1e-3) << h;
+        if (h < group) EXPECT_GT(mag, 1e-3) << h;
         else EXPECT_EQ(mag, 0.0) << h;
     }
+    test::expect_close(run_fresh(make_problem(5, 4, 16), q, pos, 0), naive(make_problem(5, 4, 16), q, pos, 0), 1e-6,
+                       1e-5, "group of 8");
 }
 
 TEST(cpu_attention, paged_cache_with_fresh_rows_matches_contiguous) {
