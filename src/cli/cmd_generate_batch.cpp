@@ -8,8 +8,8 @@
 
 namespace osprey::cli {
 
-int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt,
-                       int max_tokens, bool stop_at_eos, const tok::Tokenizer* tokenizer) {
+int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt, int max_tokens,
+                       bool stop_at_eos, const tok::Tokenizer* tokenizer) {
     const long long n = args.get_int("batch", 1);
     OSPREY_CHECK(n >= 1 && n <= 100000, "--batch must be in [1, 100000], got ", n);
     engine::EngineOptions o;
@@ -23,10 +23,11 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
 
     engine::Engine eng(runner, o);
     const engine::KvPlan& kv = eng.kv_plan();
-    std::printf("engine: %s, KV cache %d pages x %d tokens = %lld tokens, %d window slots; window slots save %.1f MiB\n",
-                runner.name().c_str(), kv.layout.n_pages, kv.layout.page_size,
-                (long long)kv.layout.n_pages * kv.layout.page_size, kv.layout.n_window_slots,
-                double(kv.window_saved_bytes) / (1024.0 * 1024.0));
+    std::printf(
+        "engine: %s, KV cache %d pages x %d tokens = %lld tokens, %d window slots; window slots save %.1f MiB\n",
+        runner.name().c_str(), kv.layout.n_pages, kv.layout.page_size,
+        (long long)kv.layout.n_pages * kv.layout.page_size, kv.layout.n_window_slots,
+        double(kv.window_saved_bytes) / (1024.0 * 1024.0));
 
     const int vocab = runner.config().vocab_size;
     std::vector<std::shared_ptr<engine::RequestStream>> streams;
@@ -73,8 +74,8 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     double ttft = 0;
     for (double t : first_token_s) ttft += t > 0 ? t : 0;
     const engine::EngineStats st = eng.stats();
-    std::printf("batch: %lld requests, %zu prompt tokens each, %lld tokens generated in %.3f s\n", n,
-                prompt.size() + 1, n_generated, wall);
+    std::printf("batch: %lld requests, %zu prompt tokens each, %lld tokens generated in %.3f s\n", n, prompt.size() + 1,
+                n_generated, wall);
     std::printf("throughput: %.1f generated tokens/s, %.2f requests/s, mean time to first token %.3f s\n",
                 double(n_generated) / wall, double(n) / wall, ttft / double(n));
     std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu preemptions\n",

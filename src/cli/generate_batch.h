@@ -14,15 +14,14 @@ namespace osprey::cli {
 
 // Flags this adds to `osprey generate` (value flags).
 inline const std::vector<std::string>& generate_batch_flags() {
-    static const std::vector<std::string> flags = {"batch",          "kv-memory-fraction", "max-batch-tokens",
-                                                   "max-num-seqs",   "page-size",          "temperature",
-                                                   "seed"};
+    static const std::vector<std::string> flags = {
+        "batch", "kv-memory-fraction", "max-batch-tokens", "max-num-seqs", "page-size", "temperature", "seed"};
     return flags;
 }
 
 // Request i's prompt is `prompt` followed by one token that differs per request, so outputs
 // differ while the common prefix is shared through the prefix cache. Greedy unless --temperature.
-int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt,
-                       int max_tokens, bool stop_at_eos, const tok::Tokenizer* tokenizer);
+int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt, int max_tokens,
+                       bool stop_at_eos, const tok::Tokenizer* tokenizer);
 
 }  // namespace osprey::cli

@@ -13,7 +13,6 @@ model::ForwardBatch build_forward_batch(const StepPlan& plan);
 
 // One row per chunk with want_logits, in chunk order. The states point into the sequences'
 // token vectors, valid until the plan is committed.
-void build_sampling_rows(const StepPlan& plan, std::vector<SamplingParams>& params,
-                         std::vector<SamplingState>& states);
+void build_sampling_rows(const StepPlan& plan, std::vector<SamplingParams>& params, std::vector<SamplingState>& states);
 
 }  // namespace osprey::engine

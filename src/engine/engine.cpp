@@ -12,7 +12,9 @@ namespace osprey::engine {
 
 namespace {
 
-double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+double mib(double bytes) {
+    return bytes / (1024.0 * 1024.0);
+}
 
 }  // namespace
 

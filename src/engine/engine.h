@@ -43,29 +43,29 @@ struct EngineOptions {
 
 // Counters for logs, /metrics and tests; a consistent snapshot taken between steps.
 struct EngineStats {
-    int n_waiting = 0;               // sequences waiting (new or preempted)
-    int n_running = 0;               // sequences holding a window slot and pages
-    int n_pages = 0;                 // pages in the KV cache
-    int n_free_pages = 0;            // pages with no reference
-    int n_cached_pages = 0;          // pages indexed by the prefix cache (some may also be in use)
+    int n_waiting = 0;       // sequences waiting (new or preempted)
+    int n_running = 0;       // sequences holding a window slot and pages
+    int n_pages = 0;         // pages in the KV cache
+    int n_free_pages = 0;    // pages with no reference
+    int n_cached_pages = 0;  // pages indexed by the prefix cache (some may also be in use)
     int page_size = 0;
     int max_model_len = 0;
     int64_t kv_capacity_tokens = 0;  // n_pages * page_size
     uint64_t n_steps = 0;
-    uint64_t n_prefill_tokens = 0;   // tokens run through forward as prefill (replays included)
+    uint64_t n_prefill_tokens = 0;  // tokens run through forward as prefill (replays included)
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
     uint64_t n_preemptions = 0;
-    uint64_t n_finished = 0;         // samples finished, any reason
+    uint64_t n_finished = 0;  // samples finished, any reason
     uint64_t n_generated_tokens = 0;
 };
 
 // How the KV budget was split; logged at start-up.
 struct KvPlan {
     model::KvLayout layout;
-    size_t page_bytes = 0;        // one page, all full-attention layers
-    size_t window_slot_bytes = 0; // one slot, all sliding-window layers
-    size_t total_bytes = 0;       // pages + slots
+    size_t page_bytes = 0;         // one page, all full-attention layers
+    size_t window_slot_bytes = 0;  // one slot, all sliding-window layers
+    size_t total_bytes = 0;        // pages + slots
     // Bytes the sliding layers would need for the same token capacity if they were paged like the
     // full layers, minus what their window slots take: the saving of the window slots.
     int64_t window_saved_bytes = 0;
@@ -136,8 +136,8 @@ private:
     std::vector<std::pair<std::shared_ptr<RequestStream>, Request>> incoming_;
     std::vector<std::weak_ptr<RequestStream>> live_;  // for cancel(id); pruned on submit
     uint64_t next_uid_ = 1;
-    int n_live_ = 0;      // submitted requests not yet finished
-    EngineStats stats_;   // published after each step
+    int n_live_ = 0;     // submitted requests not yet finished
+    EngineStats stats_;  // published after each step
 
     std::thread thread_;
     bool started_ = false;

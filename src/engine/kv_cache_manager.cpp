@@ -57,8 +57,8 @@ void KvCacheManager::check_invariants(std::span<const int> holders) const {
     for (PageId p = 0; p < n_pages(); ++p) {
         const int expected = holders[size_t(p)] + (prefix_.contains(p) ? 1 : 0);
         OSPREY_CHECK(allocator_.ref_count(p) == expected, "page ", p, " has ", allocator_.ref_count(p),
-                     " references but ", holders[size_t(p)], " sequences", (prefix_.contains(p) ? " and the cache" : ""),
-                     " hold it");
+                     " references but ", holders[size_t(p)], " sequences",
+                     (prefix_.contains(p) ? " and the cache" : ""), " hold it");
     }
 }
 

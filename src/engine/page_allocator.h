@@ -18,9 +18,9 @@ public:
     int n_free() const { return int(free_.size()); }
     int ref_count(PageId page) const;
 
-    PageId allocate();           // precondition: n_free() > 0 (else osprey::Error); one reference
-    void retain(PageId page);    // one more holder shares `page` (a sequence or the prefix cache)
-    void release(PageId page);   // drops one reference; the page is free again at zero
+    PageId allocate();          // precondition: n_free() > 0 (else osprey::Error); one reference
+    void retain(PageId page);   // one more holder shares `page` (a sequence or the prefix cache)
+    void release(PageId page);  // drops one reference; the page is free again at zero
 
     // Every page is either free with zero references or in use with at least one, never both, and
     // appears at most once in the free list.

@@ -118,8 +118,8 @@ void PrefixCache::check_invariants(const PageAllocator& allocator) const {
             OSPREY_CHECK(e != evictable_.end() && e->second == p, "evictable page ", p, " is missing from the LRU");
         }
     }
-    OSPREY_CHECK(n_indexed == int(by_hash_.size()), "prefix cache index has ", by_hash_.size(), " keys for ",
-                 n_indexed, " pages");
+    OSPREY_CHECK(n_indexed == int(by_hash_.size()), "prefix cache index has ", by_hash_.size(), " keys for ", n_indexed,
+                 " pages");
     int n_evict = 0;
     for (uint64_t t : evict_tick_) n_evict += t != 0;
     OSPREY_CHECK(n_evict == int(evictable_.size()), "LRU has ", evictable_.size(), " entries for ", n_evict,

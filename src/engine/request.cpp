@@ -10,10 +10,14 @@ namespace osprey::engine {
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::stop: return "stop";
-        case FinishReason::length: return "length";
-        case FinishReason::abort: return "abort";
-        case FinishReason::error: return "error";
+        case FinishReason::stop:
+            return "stop";
+        case FinishReason::length:
+            return "length";
+        case FinishReason::abort:
+            return "abort";
+        case FinishReason::error:
+            return "error";
     }
     return "unknown";
 }
@@ -55,8 +59,8 @@ void validate_request(const Request& r, const RequestLimits& limits) {
                      " is outside the vocabulary");
         OSPREY_CHECK(!std::isnan(bias), who, ": logit_bias for token ", token, " is NaN");
     }
-    OSPREY_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= limits.max_top_logprobs, who, ": top_logprobs must be in [0, ",
-                 limits.max_top_logprobs, "], got ", p.top_logprobs);
+    OSPREY_CHECK(p.top_logprobs >= 0 && p.top_logprobs <= limits.max_top_logprobs, who,
+                 ": top_logprobs must be in [0, ", limits.max_top_logprobs, "], got ", p.top_logprobs);
 }
 
 }  // namespace osprey::engine

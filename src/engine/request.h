@@ -42,8 +42,8 @@ struct Event {
 
     // Kind::token: a generated token (stop tokens are not sent as tokens: see stop_token).
     int32_t token = -1;
-    float logprob = 0.0f;                           // when SamplingParams::logprobs
-    std::vector<std::pair<int32_t, float>> top;     // SamplingParams::top_logprobs alternatives
+    float logprob = 0.0f;                        // when SamplingParams::logprobs
+    std::vector<std::pair<int32_t, float>> top;  // SamplingParams::top_logprobs alternatives
 
     // Kind::finish
     FinishReason reason = FinishReason::stop;

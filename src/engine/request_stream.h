@@ -22,12 +22,12 @@ public:
     RequestStream(const RequestStream&) = delete;
     RequestStream& operator=(const RequestStream&) = delete;
 
-    uint64_t uid() const { return uid_; }       // unique per engine, in submission order
+    uint64_t uid() const { return uid_; }  // unique per engine, in submission order
     const std::string& id() const { return id_; }
     int n_samples() const { return n_samples_; }
 
-    std::optional<Event> try_pop();             // non-blocking
-    Event pop();                                // blocks until an event arrives; throws osprey::Error when done()
+    std::optional<Event> try_pop();  // non-blocking
+    Event pop();                     // blocks until an event arrives; throws osprey::Error when done()
     std::optional<Event> pop_for(std::chrono::milliseconds timeout);
     // True once every sample's finish event has been popped.
     bool done() const;

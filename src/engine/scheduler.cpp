@@ -23,7 +23,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv) : opti
 
 Scheduler::~Scheduler() = default;
 
-int Scheduler::pages_for(int n_positions) const { return (n_positions + kv_.page_size() - 1) / kv_.page_size(); }
+int Scheduler::pages_for(int n_positions) const {
+    return (n_positions + kv_.page_size() - 1) / kv_.page_size();
+}
 
 void Scheduler::add_request(std::shared_ptr<const RequestInfo> request, const std::vector<int32_t>& prompt,
                             const std::vector<SamplingParams>& params) {
@@ -298,8 +300,8 @@ void Scheduler::check_invariants() const {
         OSPREY_CHECK(s->n_computed >= 0 && s->n_computed < s->n_tokens(), "running sequence ", s->uid, " computed ",
                      s->n_computed, " of ", s->n_tokens(), " tokens");
         OSPREY_CHECK(s->n_output() < s->request->max_new_tokens, "sequence ", s->uid, " is past max_new_tokens");
-        OSPREY_CHECK(s->n_full_cached >= s->n_computed && s->n_full_cached <= int(s->pages.size()) * ps,
-                     "sequence ", s->uid, " has full KV for ", s->n_full_cached, " positions but pages for ",
+        OSPREY_CHECK(s->n_full_cached >= s->n_computed && s->n_full_cached <= int(s->pages.size()) * ps, "sequence ",
+                     s->uid, " has full KV for ", s->n_full_cached, " positions but pages for ",
                      s->pages.size() * size_t(ps));
         // Between steps a sequence holds exactly the pages of what it has computed or cached.
         OSPREY_CHECK(int(s->pages.size()) == pages_for(s->n_full_cached), "sequence ", s->uid, " holds ",
@@ -309,11 +311,12 @@ void Scheduler::check_invariants() const {
         OSPREY_CHECK(std::find(slots.begin(), slots.end(), s->window_slot) == slots.end(), "window slot ",
                      s->window_slot, " is held twice");
         slots.push_back(s->window_slot);
-        OSPREY_CHECK(int(s->page_keys.size()) <= int(s->pages.size()), "sequence ", s->uid, " has more keys than pages");
+        OSPREY_CHECK(int(s->page_keys.size()) <= int(s->pages.size()), "sequence ", s->uid,
+                     " has more keys than pages");
         for (size_t i = 0; i < s->pages.size(); ++i) {
             const PageId p = s->pages[i];
-            OSPREY_CHECK(std::count(s->pages.begin(), s->pages.end(), p) == 1, "sequence ", s->uid, " lists page ",
-                         p, " twice");
+            OSPREY_CHECK(std::count(s->pages.begin(), s->pages.end(), p) == 1, "sequence ", s->uid, " lists page ", p,
+                         " twice");
             ++holders[size_t(p)];
             // A page still being written (not yet full of computed positions) is private.
             const bool full = int(i + 1) * ps <= s->n_full_cached;
@@ -321,8 +324,8 @@ void Scheduler::check_invariants() const {
                 OSPREY_CHECK(kv_.ref_count(p) == 1 && !kv_.is_cached(p), "sequence ", s->uid,
                              " writes into shared or cached page ", p);
             if (kv_.is_cached(p))
-                OSPREY_CHECK(full && i < s->page_keys.size() && kv_.cache_key(p) == s->page_keys[i], "cached page ",
-                             p, " of sequence ", s->uid, " is not full or has another key");
+                OSPREY_CHECK(full && i < s->page_keys.size() && kv_.cache_key(p) == s->page_keys[i], "cached page ", p,
+                             " of sequence ", s->uid, " is not full or has another key");
         }
     }
     kv_.check_invariants(holders);

@@ -90,7 +90,7 @@ private:
     SchedulerOptions options_;
     KvCacheManager& kv_;
     std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // every unfinished sequence by uid
-    std::vector<Sequence*> waiting_;  // sorted by (priority desc, uid) when scheduling
+    std::vector<Sequence*> waiting_;                                // sorted by (priority desc, uid) when scheduling
     std::vector<Sequence*> running_;
     uint64_t next_uid_ = 1;
     uint64_t step_ = 0;  // schedule() calls, to mark the sequences of the current step

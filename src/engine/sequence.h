@@ -16,7 +16,7 @@ enum class SeqStatus { waiting, running, finished };
 
 // What all samples of one request share (immutable after submission).
 struct RequestInfo {
-    uint64_t uid = 0;                      // engine-wide, in submission order
+    uint64_t uid = 0;                       // engine-wide, in submission order
     std::shared_ptr<RequestStream> stream;  // where events go
     std::vector<int32_t> stop_token_ids;
     int max_new_tokens = 0;
@@ -26,9 +26,9 @@ struct RequestInfo {
 
 struct Sequence {
     std::shared_ptr<const RequestInfo> request;
-    int sample = 0;           // index among the request's samples
-    uint64_t uid = 0;         // engine-wide, unique; (priority, uid) orders the queue
-    SamplingParams params;    // the request's, with this sample's seed
+    int sample = 0;               // index among the request's samples
+    uint64_t uid = 0;             // engine-wide, unique; (priority, uid) orders the queue
+    SamplingParams params;        // the request's, with this sample's seed
     std::vector<int32_t> tokens;  // [n_prompt + n_output] prompt, then generated tokens
     SeqStatus status = SeqStatus::waiting;
 
@@ -46,7 +46,7 @@ struct Sequence {
     uint64_t leader_uid = 0;
 
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
-    int cached_tokens = -1;  // prefix hit at first admission (usage), -1 before admission
+    int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission
     int n_preemptions = 0;
 
     int n_prompt() const { return request->n_prompt; }

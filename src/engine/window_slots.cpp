@@ -32,8 +32,8 @@ void WindowSlots::release(int slot) {
 void WindowSlots::check_invariants() const {
     std::vector<uint8_t> seen(in_use_.size(), 0);
     for (int s : free_) {
-        OSPREY_CHECK(s >= 0 && s < n_slots() && !seen[size_t(s)] && !in_use_[size_t(s)],
-                     "window slot ", s, " is corrupt in the free list");
+        OSPREY_CHECK(s >= 0 && s < n_slots() && !seen[size_t(s)] && !in_use_[size_t(s)], "window slot ", s,
+                     " is corrupt in the free list");
         seen[size_t(s)] = 1;
     }
     for (size_t s = 0; s < in_use_.size(); ++s)

@@ -14,7 +14,7 @@ public:
     int n_free() const { return int(free_.size()); }
     bool in_use(int slot) const;
 
-    int allocate();           // precondition: n_free() > 0 (else osprey::Error)
+    int allocate();  // precondition: n_free() > 0 (else osprey::Error)
     void release(int slot);
     void check_invariants() const;
 

@@ -85,8 +85,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_CHECK(int64_t(s.pages.size()) * ps >= end, "fake runner: page table of ", s.pages.size(),
                      " pages does not cover position ", end - 1);
         OSPREY_CHECK(s.n_full_kv_cached >= 0 && s.n_full_kv_cached <= s.n_tokens, "fake runner: bad n_full_kv_cached");
-        for (int32_t p : s.pages)
-            OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
+        for (int32_t p : s.pages) OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
         Row* slot = window_.data() + size_t(s.window_slot) * size_t(w);
         for (int j = 0; j < s.n_tokens; ++j) {
             const int pos = s.start_pos + j;

@@ -56,8 +56,8 @@ private:
     FakeRunnerOptions options_;
     model::Config config_;
     model::KvLayout layout_;
-    std::vector<Row> pages_;   // [n_pages, page_size]
-    std::vector<Row> window_;  // [n_window_slots, sliding_window]
+    std::vector<Row> pages_;     // [n_pages, page_size]
+    std::vector<Row> window_;    // [n_window_slots, sliding_window]
     std::vector<float> logits_;  // [n_logit_rows, vocab_size]
     int64_t n_forward_ = 0, n_tokens_ = 0, n_window_only_ = 0;
     int max_batch_ = 0;

@@ -1,7 +1,6 @@
 // The engine on the fake runner: outputs equal the greedy oracle and the solo runs whatever the
 // batch (chunked prefill, prefix hits, preemption), stop/length/abort, n > 1, the request API.
 #include <gtest/gtest.h>
-
 #include <poll.h>
 
 #include <random>

@@ -3,7 +3,6 @@
 // prefix hits with window replay, preemption) equal the solo runs, tokens exactly and
 // log-probabilities to float rounding. Small model (4 layers, window 16) so this takes seconds.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>

@@ -167,28 +167,44 @@ void run_stress(const StressConfig& c, int n_arrivals) {
     if (c.prefix_caching) {
         EXPECT_GT(st.n_prefix_hit_tokens, 0u);
     }
-    std::printf("stress: %d arrivals, %lld steps, %d samples checked, %llu preemptions, %llu prefix-hit tokens, "
-                "%llu window-only tokens\n",
-                n_arrivals, (long long)steps, n_checked, (unsigned long long)st.n_preemptions,
-                (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)runner.n_window_only_tokens());
+    std::printf(
+        "stress: %d arrivals, %lld steps, %d samples checked, %llu preemptions, %llu prefix-hit tokens, "
+        "%llu window-only tokens\n",
+        n_arrivals, (long long)steps, n_checked, (unsigned long long)st.n_preemptions,
+        (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)runner.n_window_only_tokens());
 }
 
 }  // namespace
 
 TEST(engine_stress, small_pages_short_window) {
-    run_stress({.window = 8, .page_size = 4, .max_num_seqs = 6, .max_batch_tokens = 24, .n_pages = 40,
-                .prefix_caching = true, .seed = 11},
+    run_stress({.window = 8,
+                .page_size = 4,
+                .max_num_seqs = 6,
+                .max_batch_tokens = 24,
+                .n_pages = 40,
+                .prefix_caching = true,
+                .seed = 11},
                3000 * stress_scale());
 }
 
 TEST(engine_stress, window_longer_than_chunks) {
-    run_stress({.window = 32, .page_size = 8, .max_num_seqs = 8, .max_batch_tokens = 20, .n_pages = 30,
-                .prefix_caching = true, .seed = 12},
+    run_stress({.window = 32,
+                .page_size = 8,
+                .max_num_seqs = 8,
+                .max_batch_tokens = 20,
+                .n_pages = 30,
+                .prefix_caching = true,
+                .seed = 12},
                2000 * stress_scale());
 }
 
 TEST(engine_stress, without_prefix_caching) {
-    run_stress({.window = 16, .page_size = 4, .max_num_seqs = 4, .max_batch_tokens = 32, .n_pages = 40,
-                .prefix_caching = false, .seed = 13},
+    run_stress({.window = 16,
+                .page_size = 4,
+                .max_num_seqs = 4,
+                .max_batch_tokens = 32,
+                .n_pages = 40,
+                .prefix_caching = false,
+                .seed = 13},
                1500 * stress_scale());
 }

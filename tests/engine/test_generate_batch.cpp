@@ -1,6 +1,5 @@
 // `osprey generate --batch N` end to end: the executable on a small synthetic checkpoint.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <array>
@@ -56,18 +55,18 @@ std::filesystem::path small_model() {
 struct Cleanup {
     ~Cleanup() {
         std::error_code ec;
-        std::filesystem::remove_all(std::filesystem::temp_directory_path() /
-                                        ("osprey-genbatch-" + std::to_string(::getpid())),
-                                    ec);
+        std::filesystem::remove_all(
+            std::filesystem::temp_directory_path() / ("osprey-genbatch-" + std::to_string(::getpid())), ec);
     }
 } cleanup;
 
 }  // namespace
 
 TEST(generate_batch, runs_many_requests_and_prints_throughput) {
-    const CommandResult r = run("generate --model " + small_model().string() +
-                      " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
-                      " --max-tokens 6 --batch 12 --max-batch-tokens 64 --page-size 8 --ignore-eos");
+    const CommandResult r =
+        run("generate --model " + small_model().string() +
+            " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
+            " --max-tokens 6 --batch 12 --max-batch-tokens 64 --page-size 8 --ignore-eos");
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("batch: 12 requests"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("72 tokens generated"), std::string::npos) << r.output;

@@ -7,7 +7,6 @@
 #include <set>
 
 #include "core/check.h"
-
 #include "kernels/cpu/sampling.h"
 
 using namespace osprey;

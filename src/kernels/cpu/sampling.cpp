@@ -41,8 +41,8 @@ void apply_bias_and_penalties(std::vector<float>& x, const SamplingParams& p, co
     if (!repetition && !counted) return;
 
     // Output token counts, and a mark on every token seen in prompt or output.
-    std::vector<int32_t> seen;  // distinct tokens of prompt and output
-    std::vector<int32_t> count(size_t(vocab_size), 0);  // [vocab_size] occurrences in the output
+    std::vector<int32_t> seen;                              // distinct tokens of prompt and output
+    std::vector<int32_t> count(size_t(vocab_size), 0);      // [vocab_size] occurrences in the output
     std::vector<uint8_t> in_prompt(size_t(vocab_size), 0);  // [vocab_size]
     auto check_id = [&](int32_t t) {
         OSPREY_CHECK(t >= 0 && t < vocab_size, "sampling history holds token ", t, " outside the vocabulary");
