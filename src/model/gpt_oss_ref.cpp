@@ -35,7 +35,7 @@ std::span<const uint8_t> u8_view(const TensorView& t) {
 
 // A small tensor (gain, bias, sinks) widened to FP32; BF16 and F32 are accepted.
 std::vector<float> to_floats(const TensorView& t) {
-    std::vector<float> out(size_t(t.numel()));
+    std::vector<float> out(size_t(t.numel()));  // [numel]
     if (t.dtype == DType::f32) {
         std::copy_n(t.as<float>(), out.size(), out.begin());
     } else {
@@ -61,7 +61,7 @@ struct CpuReference::Step {
     const ForwardBatch* batch = nullptr;
     int n_tokens = 0;
     std::vector<int32_t> positions;    // [n_tokens]
-    std::vector<int32_t> logit_rows;   // tokens whose logits are wanted, in slice order
+    std::vector<int32_t> logit_rows;   // [n_logit_rows] tokens whose logits are wanted, in slice order
     std::vector<int32_t> window_first; // [n_slices] first position present in the slice's window slot
 };
 
@@ -320,9 +320,9 @@ void CpuReference::moe_block(int layer, const Step& step) {
     const std::span<const uint8_t> mlp2_blocks = u8_view(w.mlp2_blocks), mlp2_scales = u8_view(w.mlp2_scales);
     const size_t w1_bytes = size_t(2) * I * H / 2, w1_scales = size_t(2) * I * H / 32;  // per expert
     const size_t w2_bytes = size_t(H) * I / 2, w2_scales = size_t(H) * I / 32;
-    std::vector<int32_t> rows;    // tokens routed to the expert
-    std::vector<float> weights;   // their routing weights
-    std::vector<float> xe, gate_up, u, y;
+    std::vector<int32_t> rows;    // [n] tokens routed to the expert
+    std::vector<float> weights;   // [n] their routing weights
+    std::vector<float> xe, gate_up, u, y;  // [n, d_model], [n, 2 d_ff], [n, d_ff], [n, d_model]
     for (int e = 0; e < c.n_experts; ++e) {
         rows.clear();
         weights.clear();
@@ -368,7 +368,7 @@ void CpuReference::unembed(const Step& step) {
     n_logit_rows_ = n;
     logits_.resize(size_t(n) * c.vocab_size);
     if (n == 0) return;
-    std::vector<float> rows(size_t(n) * c.d_model), normed(rows.size());
+    std::vector<float> rows(size_t(n) * c.d_model), normed(rows.size());  // [n, d_model] each
     for (int r = 0; r < n; ++r)
         std::copy_n(x_.begin() + size_t(step.logit_rows[r]) * c.d_model, c.d_model, rows.begin() + size_t(r) * c.d_model);
     // xn = rmsnorm(x) · gain                                            [n, d_model]

@@ -66,8 +66,8 @@ void attention_sinks(const AttentionArgs& a, ThreadPool& pool) {
     const int row_width = a.n_kv_heads * d;
     const int64_t n_items = int64_t(a.positions.size()) * a.n_heads;
     pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
-        std::vector<float> scores;  // [n allowed keys]
-        std::vector<double> acc(d);
+        std::vector<float> scores;  // [n allowed keys] scaled logits
+        std::vector<double> acc(d);  // [head_dim] unnormalised output
         for (int64_t item = begin; item < end; ++item) {
             const int64_t i = item / a.n_heads;
             const int h = int(item % a.n_heads);

@@ -16,7 +16,7 @@ void route_topk_softmax(std::span<int32_t> expert_ids, std::span<float> expert_w
     OSPREY_CHECK(expert_ids.size() == size_t(n_tokens) * k && expert_weights.size() == expert_ids.size(),
                  "routing: outputs have ", expert_ids.size(), " and ", expert_weights.size(), " elements, expected ",
                  size_t(n_tokens) * k);
-    std::vector<bool> taken(n_experts);
+    std::vector<bool> taken(n_experts);  // [n_experts] already selected for this token
     for (int t = 0; t < n_tokens; ++t) {
         const float* r = logits.data() + size_t(t) * n_experts;  // [n_experts]
         int32_t* ids = expert_ids.data() + size_t(t) * k;        // [k]
