@@ -21,13 +21,24 @@ namespace {
 
 constexpr const char* kHelp =
     "usage: bench_forward --model DIR [--make-preset tiny|20b|120b] [--prefill 1024,8192,32768]\n"
-    "                     [--prompt 1024] [--decode 256] [--chunk 8192] [--batch 1] [--no-graphs]\n"
+    "                     [--prompt 1024] [--decode 256] [--chunk 8192] [--batch 1] [--no-graphs] [--profile]\n"
     "\n"
     "With --make-preset, first writes a synthetic checkpoint of that preset into DIR (seed 0).\n"
     "Loads DIR onto the GPU and reports: load time and GB/s; for each --prefill length, the latency\n"
     "of prefilling one sequence of that many random tokens (in chunks of --chunk tokens) up to its\n"
     "logits; then --batch sequences each with a --prompt token prompt followed by --decode greedy\n"
-    "steps (decode tokens/s per sequence and in total), with CUDA graphs unless --no-graphs.\n";
+    "steps (decode tokens/s per sequence and in total), with CUDA graphs unless --no-graphs.\n"
+    "--profile then times every step of 32 decode steps and of one --prompt-token prefill with CUDA\n"
+    "events (eager launches) and prints GPU time per step kind.\n";
+
+void print_profile(const osprey::model::CudaRunner& m, const char* what, int forwards) {
+    double total = 0;
+    for (const auto& r : m.profile()) total += r.us;
+    std::printf("profile of %s: %.1f us of GPU time per forward\n", what, total / forwards);
+    for (const auto& r : m.profile())
+        std::printf("  %-20s %10.1f us per forward %6.1f%%  (%ld launches groups)\n", r.step.c_str(), r.us / forwards,
+                    100.0 * r.us / total, r.calls / forwards);
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -108,7 +119,7 @@ int32_t prefill(osprey::model::CudaRunner& m, Seq& s, const std::vector<int32_t>
 int run_bench_forward(const std::vector<std::string>& argv) {
     using namespace osprey;
     const Flags args(argv, {"model", "make-preset", "prefill", "prompt", "decode", "chunk", "batch"},
-                         {"help", "no-graphs"});
+                         {"help", "no-graphs", "profile"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
         return 0;
@@ -210,6 +221,16 @@ int run_bench_forward(const std::vector<std::string>& argv) {
                 "%.1f tokens/s total, %.3f ms per step (graphs %s, %d captured)\n",
                 batch, prompt, steps, sec, steps / sec, steps * batch / sec, 1e3 * sec / std::max(steps, 1),
                 args.has("no-graphs") ? "off" : "on", m.graphs_captured());
+    if (args.has("profile")) {
+        m.set_profile(true);
+        for (int i = 0; i < 32; ++i) decode_step();
+        print_profile(m, "decode steps", 32);
+        m.set_profile(true);
+        Seq s = fresh_seq(0);
+        prefill(m, s, random_tokens(std::min(prompt, chunk)), chunk);
+        print_profile(m, "one prefill chunk", 1);
+        m.set_profile(false);
+    }
     (void)c;
     return 0;
 }

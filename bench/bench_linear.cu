@@ -26,7 +26,7 @@ int main() {
         cuda::DeviceBuffer<bf16> w(w_elems * copies), x(size_t(8192) * s.k);
         cuda::DeviceBuffer<float> b(s.n);  // bias type follows the output type (bf16 uses its first half)
         w.fill_bytes(0x3c), x.fill_bytes(0x3c), b.fill_bytes(0);
-        for (int t : {1, 8, 64, 1024, 8192}) {
+        for (int t : {1, 2, 4, 8, 64, 1024, 8192}) {
             if (s.n == 201088 && t > 64) continue;  // logits are only computed for the last tokens
             cuda::DeviceBuffer<uint8_t> y(size_t(t) * s.n * (s.f32 ? 4 : 2));
             y.fill_bytes(0);

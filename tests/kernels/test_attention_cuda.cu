@@ -155,10 +155,11 @@ struct AttentionTester {
                                 .merges = d_mg.get(), .n_merges = int(plan.merges.size())};
         cuda::attention(a, dp, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
-        // Outputs are convex combinations of values in [-1, 1] (weights sum to < 1): FP32 softmax
-        // and accumulation in another order differ by ~1e-6; the bf16 output rounding is at most
-        // 2^-9 relative, so 1/256 relative plus 1e-4 absolute.
-        test::expect_close(test::to_float(d_out.download()), want, 1e-4, 1.0 / 256, "attention");
+        // Outputs are combinations Σ w_j v_j of values |v| <= 1 with weights summing to < 1. Prefill
+        // rows run on tensor cores with the weights rounded to bf16 before P·V (2^-9 relative each),
+        // so |error| <= 2^-9 · Σ w_j |v_j| < 2^-9 absolute; decode rows keep FP32 weights (~1e-6).
+        // Both then round the output to bf16 (2^-9 relative): 2^-9 + 1e-4 absolute, 1/256 relative.
+        test::expect_close(test::to_float(d_out.download()), want, 1.0 / 512 + 1e-4, 1.0 / 256, "attention");
         if (!plan.merges.empty()) std::printf("  (%zu decode tokens split into %d partials)\n", plan.merges.size(), plan.n_partials);
 
         // Store this step's K/V and check every written row (and that skipped rows kept their data).

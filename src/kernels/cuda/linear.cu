@@ -31,8 +31,9 @@ namespace {
 // GEMV for few tokens: one warp per output feature n streams W's row once (16-byte loads, four in
 // flight per lane) and dots it with the kT token rows of x (read through L1: x is tiny); FP32
 // accumulation, a warp reduction, then bias / residual / rounding in the epilogue.
+// (Row n's loads are all issued before the first use: decode GEMVs are latency-bound otherwise.)
 constexpr int kGemvWarps = 8;
-constexpr int kGemvUnroll = 4;
+constexpr int kGemvUnroll = 12;  // 16-byte loads in flight per lane: a whole 2880-wide row in one round
 
 template <int kT, bool kF32>
 __global__ void __launch_bounds__(kGemvWarps * kWarpSize) gemv_kernel(const LinearArgs a, int ldx, int ldy) {
@@ -164,7 +165,7 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
                          aligned16(a.w);
     OSPREY_CHECK(a.path != LinearPath::gemv || gemv_ok, "linear: the GEMV path needs <= ", kGemvMaxTokens,
                  " tokens, K and ldx multiples of 8 and 16-byte aligned x, W (T=", a.n_tokens, ", K=", a.n_in, ")");
-    if (a.path == LinearPath::gemv || (a.path == LinearPath::automatic && gemv_ok)) {
+    if (a.path == LinearPath::gemv || (a.path == LinearPath::automatic && gemv_ok && a.n_tokens <= kGemvAutoTokens)) {
         const dim3 grid((a.n_out + kGemvWarps - 1) / kGemvWarps);
         const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
         dispatch_int<1, 2, 4, 8>("gemv tokens", t_case, [&]<int kT>() {

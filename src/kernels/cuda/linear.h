@@ -19,7 +19,9 @@ namespace osprey::cuda {
 // Which implementation runs: cuBLASLt, or our GEMV kernel for decode-sized batches, where
 // cuBLASLt's kernels reach only ~30-37% of HBM bandwidth on gpt-oss's shapes (bench_linear).
 enum class LinearPath { automatic, blas, gemv };
-inline constexpr int kGemvMaxTokens = 8;  // automatic: GEMV when n_tokens <= this (and K % 8 == 0)
+inline constexpr int kGemvMaxTokens = 8;   // the GEMV kernel takes up to this many tokens
+inline constexpr int kGemvAutoTokens = 2;  // automatic picks it up to this many (bench_linear: at T = 8
+                                           // it re-reads x too often and loses to cuBLASLt)
 
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy

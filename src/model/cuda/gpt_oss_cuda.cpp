@@ -262,7 +262,7 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
         window_store.push_back({sl.first_token, sl.n_tokens, sl.start_pos, 0, sl.window_slot, {}});
     }
     step.n_logit_rows = int(logit_rows.size());
-    step.graph_key_ok = decode_only && options_.graphs && !dump_;
+    step.graph_key_ok = decode_only && options_.graphs && !dump_ && !profile_;
     const int target = 2 * cuda::sm_count();
     const cuda::AttnPlan full = cuda::plan_attention(full_slices, 0, c.n_kv_heads, target, step.graph_key_ok);
     const cuda::AttnPlan window =
@@ -331,6 +331,17 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     } else {
         run_step(step);
     }
+    if (profile_) {
+        stream_.sync();
+        for (size_t i = 1; i < prof_marks_.size(); ++i) {
+            const double us = 1e3 * prof_events_[i]->ms_since(*prof_events_[i - 1]);
+            auto it = std::find_if(prof_rows_.begin(), prof_rows_.end(),
+                                   [&](const ProfileRow& r) { return r.step == prof_marks_[i]; });
+            if (it == prof_rows_.end()) it = prof_rows_.insert(prof_rows_.end(), ProfileRow{prof_marks_[i], 0.0, 0});
+            it->us += us;
+            it->calls += 1;
+        }
+    }
     n_logit_rows_ = step.n_logit_rows;
     for (size_t s = 0; s < batch.slices.size(); ++s) {
         const SequenceSlice& sl = batch.slices[s];
@@ -339,13 +350,28 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
 }
 
+void CudaRunner::set_profile(bool on) {
+    profile_ = on;
+    prof_rows_.clear();
+}
+
+void CudaRunner::mark(const char* step) {
+    if (!profile_) return;
+    if (prof_events_.size() <= prof_marks_.size()) prof_events_.push_back(std::make_unique<cuda::Event>());
+    prof_events_[prof_marks_.size()]->record(stream_);
+    prof_marks_.push_back(step);
+}
+
 void CudaRunner::run_step(const Step& step) {
     const Config& c = config_;
     Activations& a = *act_;
+    prof_marks_.clear();
+    mark("start");
     // x = embedding rows of the tokens                                  [T, d_model] f32
     cuda::embed({.x = a.x, .table = weights_.embedding.get(), .tokens = step.tokens, .n_tokens = step.n_tokens,
                  .d_model = c.d_model},
                 stream_);
+    mark("embedding");
     dump("embedding", -1, a.x, step.n_tokens, c.d_model, false);
     for (int layer = 0; layer < c.n_layers; ++layer) {
         attention_block(layer, step);
@@ -367,17 +393,20 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .delta = layer > 0 ? a.moe : nullptr,
                    .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
+    mark("attn_norm");
     if (layer > 0) dump("resid_mlp", layer - 1, a.x, T, c.d_model, false);
     dump("attn_norm", layer, a.h, T, c.d_model, true);
     // qkv = h · Wqkvᵀ + b (q, k, v weights concatenated: one GEMM)      [T, q_dim + 2 kv_dim]
     blas_->linear({.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,
                    .n_out = qkv_width, .n_in = c.d_model},
                   stream_);
+    mark("qkv");
     // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin)
     cuda::rope({.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
                 .n_tokens = T, .ld = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
                 .head_dim = c.head_dim},
                stream_);
+    mark("rope");
     if (dump_) {
         dump("q", layer, a.qkv, T, qkv_width, true);  // split into q, k, v by dump()
     }
@@ -392,6 +421,7 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .sinks = w.sinks.get(), .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
                      .head_dim = c.head_dim, .partial_acc = a.partial_acc, .partial_ml = a.partial_ml},
                     sliding ? step.plan_window : step.plan_full, stream_);
+    mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, c.q_dim(), true);
     // append this step's k, v to the cache
     cuda::kv_store({.qkv = a.qkv, .ld_qkv = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
@@ -400,11 +430,13 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                     .dst = sliding ? step.store_window : step.store_full,
                     .n = sliding ? step.n_store_window : step.n_store_full},
                    stream_);
+    mark("kv_store");
 
     // x += attn · Woutᵀ + b (projection, bias and residual add in one GEMM) [T, d_model] f32
     blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
                    .n_out = c.d_model, .n_in = c.q_dim(), .y_f32 = true, .accumulate = true},
                   stream_);
+    mark("out_proj");
     dump("resid_attn", layer, a.x, T, c.d_model, false);
 }
 
@@ -419,15 +451,18 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     // h = rmsnorm(x) · gain                                             [T, d_model] bf16
     cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.mlp_norm.get(), .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
+    mark("mlp_norm");
     dump("mlp_norm", layer, a.h, T, c.d_model, true);
     // router logits = h · Wgateᵀ + b                                   [T, n_experts] f32
     blas_->linear({.y = a.router, .x = a.h, .w = w.router_w.get(), .bias = w.router_b.get(), .n_tokens = T,
                    .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
                   stream_);
+    mark("router");
     dump("router_logits", layer, a.router, T, c.n_experts, false);
     // top-4 on the raw logits, softmax over those four; experts (MXFP4) with clamped SwiGLU; the
     // weighted sum of the four expert outputs (b2 inside the sum)       [T, d_model] f32
     a.moe_step.run(c, w, a.h, a.router, a.moe, T, stream_);
+    mark("moe");
     dump("moe", layer, a.moe, T, c.d_model, false);
 }
 
@@ -448,11 +483,13 @@ void CudaRunner::unembed(const Step& step) {
     cuda::rmsnorm({.y = a.final_h, .x = a.x, .gain = weights_.final_norm.get(), .delta = dump_ ? nullptr : a.moe,
                    .rows = step.logit_rows, .n_tokens = R, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
+    mark("final_norm");
     dump("final_norm", -1, a.final_h, R, c.d_model, true);
     // logits = h · Wunembᵀ (untied, no bias)                             [R, vocab] f32
     blas_->linear({.y = a.logits, .x = a.final_h, .w = weights_.unembedding.get(), .n_tokens = R,
                    .n_out = c.vocab_size, .n_in = c.d_model, .y_f32 = true},
                   stream_);
+    mark("unembedding");
     dump("logits", -1, a.logits, R, c.vocab_size, false);
 }
 

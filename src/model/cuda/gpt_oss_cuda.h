@@ -65,6 +65,15 @@ public:
 
     // Every forward() reports its intermediates to `fn` (slow: synchronises and copies). Disables graphs.
     void set_dump(CudaDumpFn fn) { dump_ = std::move(fn); }
+    // Times every step of each forward with CUDA events (eager launches, no graphs) and accumulates
+    // the GPU time per step kind; profile() lists (step, total µs, calls) in first-seen order.
+    void set_profile(bool on);
+    struct ProfileRow {
+        std::string step;
+        double us = 0.0;
+        long calls = 0;
+    };
+    std::vector<ProfileRow> profile() const { return prof_rows_; }
     const LoadStats& load_stats() const { return weights_.stats; }
     size_t weight_bytes() const { return weights_.device_bytes(); }
     cudaStream_t stream() const { return stream_.get(); }
@@ -81,6 +90,7 @@ private:
     void moe_block(int layer, const Step& step);
     void unembed(const Step& step);
     void dump(std::string_view name, int layer, const void* device, int rows, int width, bool bf16) const;
+    void mark(const char* step);  // profiling: the GPU work since the previous mark belongs to `step`
 
     Config config_;
     CudaRunnerOptions options_;
@@ -104,6 +114,10 @@ private:
     std::map<std::tuple<int, int, int>, cuda::Graph> graphs_;
     int n_logit_rows_ = 0;
     CudaDumpFn dump_;
+    bool profile_ = false;
+    std::vector<std::unique_ptr<cuda::Event>> prof_events_;
+    std::vector<const char*> prof_marks_;
+    std::vector<ProfileRow> prof_rows_;
 };
 
 }  // namespace osprey::model
