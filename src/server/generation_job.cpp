@@ -31,7 +31,11 @@ GenerationJob::GenerationJob(ServerContext& ctx, std::vector<std::shared_ptr<eng
       prompt_counted_(streams_.size(), false) {}
 
 GenerationJob::~GenerationJob() {
-    if (!done_) cancel();
+    if (!done_) {  // the client went away first
+        cancel();
+        ctx_.metrics.request_finished("abort", prompt_tokens_, completion_tokens_, cached_tokens_,
+                                      std::chrono::duration<double>(Clock::now() - arrival_).count());
+    }
     for (auto& s : streams_) s->set_callback({});
 }
 

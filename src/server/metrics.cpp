@@ -123,6 +123,8 @@ std::string Metrics::render(const engine::EngineStats& s, const std::string& mod
     out += "osprey_prefix_cache_hit_rate " + num(queried ? double(s.n_prefix_hit_tokens) / double(queried) : 0.0) + "\n";
     header(out, "osprey_num_preemptions_total", "counter", "Sequences preempted for lack of KV pages.");
     out += "osprey_num_preemptions_total " + std::to_string(s.n_preemptions) + "\n";
+    header(out, "osprey_engine_generated_tokens_total", "counter", "Tokens the engine generated (cancelled requests too).");
+    out += "osprey_engine_generated_tokens_total " + std::to_string(s.n_generated_tokens) + "\n";
     header(out, "osprey_engine_steps_total", "counter", "Engine steps run.");
     out += "osprey_engine_steps_total " + std::to_string(s.n_steps) + "\n";
     header(out, "osprey_model_info", "gauge", "The served model.");

@@ -1,0 +1,73 @@
+"""Starts `osprey serve` on a free port for the Python tests and stops it again (stdlib only).
+
+    with OspreyServer(osprey_binary, extra_args=["--api-key", "k"], env={...}) as server:
+        server.url  # "http://127.0.0.1:PORT"
+"""
+import os
+import re
+import subprocess
+import threading
+import time
+import urllib.request
+
+
+class OspreyServer:
+    def __init__(self, binary, extra_args=(), env=None, startup_timeout=120):
+        self.binary = binary
+        self.extra_args = list(extra_args)
+        self.env = dict(os.environ)
+        self.env.update(env or {})
+        self.startup_timeout = startup_timeout
+        self.proc = None
+        self.url = None
+        self.output = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(
+            [self.binary, "serve", "--port", "0", *self.extra_args],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env)
+        found = threading.Event()
+
+        def read():
+            for line in self.proc.stdout:
+                self.output.append(line)
+                m = re.search(r"listening on (http://\S+)", line)
+                if m and not found.is_set():
+                    self.url = m.group(1)
+                    found.set()
+            found.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.time() + self.startup_timeout
+        while not found.wait(0.1):
+            if time.time() > deadline:
+                self.stop()
+                raise RuntimeError("osprey serve did not start:\n" + "".join(self.output))
+        if self.url is None:
+            raise RuntimeError("osprey serve exited:\n" + "".join(self.output))
+        with urllib.request.urlopen(self.url + "/health", timeout=10) as r:
+            assert r.status == 200
+        return self
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+def test_env(build_dir, shared_dir):
+    """Environment for a server on the built-in tiny model: a cache folder in the build tree and the
+    tokenizer from shared/."""
+    return {
+        "OSPREY_CACHE": os.path.join(build_dir, "osprey-cache"),
+        "OSPREY_TIKTOKEN_FILE": os.path.join(shared_dir, "data", "o200k_base.tiktoken"),
+        "OSPREY_LOG": "warn",
+    }
