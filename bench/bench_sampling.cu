@@ -22,7 +22,7 @@ namespace {
 
 constexpr int kVocab = 201088;
 
-// Peaked rows (a next-token distribution: a few tokens 10-16 above a N(0, 2) background) or broad
+// Peaked rows (a next-token distribution: a few tokens 16-21 above a N(0, 2) background) or broad
 // rows (N(0, 1): the worst case for top-p, whose nucleus then spans most of the vocabulary).
 std::vector<float> make_logits(int n_rows, bool peaked, std::mt19937& rng) {
     std::normal_distribution<float> normal(0.0f, peaked ? 2.0f : 1.0f);
@@ -30,7 +30,7 @@ std::vector<float> make_logits(int n_rows, bool peaked, std::mt19937& rng) {
     for (auto& v : x) v = normal(rng);
     if (peaked)
         for (int r = 0; r < n_rows; ++r)
-            for (int i = 0; i < 6; ++i) x[size_t(r) * kVocab + rng() % kVocab] += 10.0f + float(i);
+            for (int i = 0; i < 6; ++i) x[size_t(r) * kVocab + rng() % kVocab] += 16.0f + float(i);
     return x;
 }
 

@@ -89,7 +89,7 @@ if [[ $skip_tests -eq 0 ]]; then
 fi
 
 if [[ $skip_benches -eq 0 ]]; then
-  for b in bench_linear bench_attention bench_moe bench_moe_mlp; do
+  for b in bench_linear bench_attention bench_moe bench_moe_mlp bench_sampling; do
     exe="$(bin_of $b)"
     [[ -n "$exe" ]] && run "$b" "$exe"
   done

@@ -228,6 +228,7 @@ __device__ int gather_chunk(const Row& row, Shared& sh, uint64_t lo, uint64_t be
         }
     }
     __syncthreads();
+    if (tid == 0 && sh.n_gathered > kChunk) sh.error = 4;  // cannot happen: select_chunk bounds the count
     const int n = min(sh.n_gathered, kChunk);
     int m = 1;
     while (m < n) m <<= 1;
