@@ -11,6 +11,7 @@
 #include "kernels/cuda/embed.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/sampling.h"
 #include "model/cuda/moe_step.h"
 
 namespace osprey::model {
@@ -76,6 +77,7 @@ struct CudaRunner::Activations {
     float2* partial_ml = nullptr;  // [P, n_kv, group]
     int max_partials = 0;
     MoeStep moe_step;
+    cuda::Sampler sampler;  // non-greedy sampling on the GPU (owns its small parameter/result buffers)
 };
 
 // Everything one forward needs besides the weights: device pointers into the uploaded metadata.
@@ -557,10 +559,9 @@ void CudaRunner::sample(std::span<const SamplingParams> params, std::span<const 
         }
         return;
     }
-    // Penalties, temperature, truncation or log-probabilities: the CPU sampler on copied logits.
-    std::vector<float> logits;
-    logits_to_host(logits);
-    cpu::sample_rows(logits, config_.vocab_size, params, state, out);
+    // Penalties, temperature, truncation or log-probabilities: the GPU sampler (kernels/cuda/sampling.h),
+    // same tokens as the CPU sampler; only the chosen tokens and log-probabilities are copied back.
+    act_->sampler.sample(act_->logits, config_.vocab_size, 0, params, state, out, stream_);
 }
 
 }  // namespace osprey::model
