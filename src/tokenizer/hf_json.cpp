@@ -1,5 +1,6 @@
 #include "tokenizer/hf_json.h"
 
+#include <algorithm>
 #include <array>
 #include <unordered_map>
 
@@ -219,37 +220,28 @@ std::string export_hf_tokenizer_json(const Tokenizer& tokenizer) {
         out += ": " + std::to_string(id);
     }
     out += "\n    },\n    \"merges\": [";
-    // The converter's merge for a token: BPE over its bytes using only lower ranks; when that ends
-    // in exactly two parts, they are the pair that makes the token.
+    // As transformers' gpt-oss converter (GptOssConverter) writes them: for each token in rank order,
+    // every cut into two tokens, ordered by the ranks of the left then the right part. Hugging Face's
+    // BPE then applies merges in the order of the merged token's rank, which is tiktoken's rule.
     bool first = true;
-    int32_t parts[256];
+    std::vector<std::pair<int32_t, int32_t>> cuts;
     for (int32_t id = 0; id < kFirstSpecialId; ++id) {
-        const std::string& t = tokens[id];
-        if (t.size() < 2) continue;
-        size_t m = t.size();
-        for (size_t k = 0; k < m; ++k) parts[k] = *bpe.rank_of(t.substr(k, 1));
-        while (m > 2) {
-            int32_t best = id;
-            size_t at = 0;
-            for (size_t k = 0; k + 1 < m; ++k) {
-                const int32_t r = bpe.merged_rank(parts[k], parts[k + 1]);
-                if (r >= 0 && r < best) {
-                    best = r;
-                    at = k;
-                }
-            }
-            if (best == id) break;
-            parts[at] = best;
-            for (size_t k = at + 1; k + 1 < m; ++k) parts[k] = parts[k + 1];
-            --m;
+        const std::string_view t = tokens[id];
+        cuts.clear();
+        for (size_t k = 1; k < t.size(); ++k) {
+            const auto a = bpe.rank_of(t.substr(0, k));
+            const auto b = a ? bpe.rank_of(t.substr(k)) : std::nullopt;
+            if (a && b) cuts.emplace_back(*a, *b);
         }
-        if (m != 2 || bpe.merged_rank(parts[0], parts[1]) != id) continue;
-        out += first ? "\n      [\n        " : ",\n      [\n        ";
-        first = false;
-        json::append_quoted(out, to_byte_level(tokens[parts[0]]));
-        out += ",\n        ";
-        json::append_quoted(out, to_byte_level(tokens[parts[1]]));
-        out += "\n      ]";
+        std::sort(cuts.begin(), cuts.end());
+        for (const auto& [a, b] : cuts) {
+            out += first ? "\n      [\n        " : ",\n      [\n        ";
+            first = false;
+            json::append_quoted(out, to_byte_level(tokens[a]));
+            out += ",\n        ";
+            json::append_quoted(out, to_byte_level(tokens[b]));
+            out += "\n      ]";
+        }
     }
     out += "\n    ]\n  }\n}\n";
     return out;

@@ -1,7 +1,8 @@
 // Hugging Face tokenizer.json for o200k_harmony: reading the byte-level BPE a gpt-oss checkpoint
-// ships, and writing one from the rank file the way transformers' tiktoken converter does
-// (vocab from the ranks, one merge per reachable token, the o200k Split regex + ByteLevel,
-// added_tokens 199998..200018). Test: tests/tokenizer/test_hf_json.cpp.
+// ships, and writing one from the rank file the way transformers' gpt-oss converter does (vocab
+// from the ranks, every two-token cut of each token as a merge in rank order, the o200k Split regex
+// + ByteLevel, added_tokens 199998..200018). Test: tests/tokenizer/test_hf_json.cpp, and
+// tools/tokenizer/check_hf_export.py (Hugging Face's tokenizers library on the export).
 #pragma once
 
 #include <string>

@@ -33,7 +33,10 @@ TEST(hf_json, export_has_the_converter_layout) {
     EXPECT_EQ(v.at("model").at("vocab").size(), 199998u);
     EXPECT_EQ(v.at("model").at("vocab").at("hello").as_int(), 24912);
     EXPECT_EQ(v.at("model").at("vocab").at("\xC4\xA0world").as_int(), 2375);  // Ġworld
-    EXPECT_GT(v.at("model").at("merges").size(), 199000u);
+    // Every cut of a token into two tokens (446 189 for o200k), as the gpt-oss converter writes them.
+    EXPECT_EQ(v.at("model").at("merges").size(), 446189u);
+    const auto& m0 = v.at("model").at("merges").as_array()[0].as_array();
+    EXPECT_EQ(m0[0].as_string() + m0[1].as_string(), "\xC4\xA0\xC4\xA0");  // "  " = rank 256, the first merge
     EXPECT_EQ(v.at("added_tokens").size(), 21u);
     EXPECT_EQ(v.at("added_tokens").as_array()[8].at("content").as_string(), "<|start|>");
     EXPECT_EQ(v.at("added_tokens").as_array()[8].at("id").as_int(), 200006);
