@@ -91,6 +91,10 @@ std::vector<std::string> parse_hf_tokenizer_json(std::string_view text, std::str
     } catch (const Error& e) {
         OSPREY_FAIL(source, ": ", e.what());
     }
+    return hf_tokenizer_tokens(root, source);
+}
+
+std::vector<std::string> hf_tokenizer_tokens(const json::Value& root, std::string_view source) {
     OSPREY_CHECK(root.is_object(), source, ": the top level must be an object");
     const json::Value& model = member(root, "model", source, "the file");
     const json::Value& type = member(model, "type", source, "\"model\"");

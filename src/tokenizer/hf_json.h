@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace osprey::tok {
@@ -19,6 +20,8 @@ namespace osprey::tok {
 // the tiktoken algorithm applies), and added tokens that agree with the Harmony special ids.
 // Throws osprey::Error naming `source` and the problem.
 std::vector<std::string> parse_hf_tokenizer_json(std::string_view text, std::string_view source);
+// The same checks on an already parsed document.
+std::vector<std::string> hf_tokenizer_tokens(const json::Value& root, std::string_view source);
 
 // The tokenizer.json text for `tokenizer` (2-space indented JSON, UTF-8).
 std::string export_hf_tokenizer_json(const Tokenizer& tokenizer);

@@ -79,27 +79,35 @@ TEST(hf_json, malformed_files_are_named) {
     EXPECT_NE(error_of("{}").find("has no \"model\""), std::string::npos);
     EXPECT_NE(error_of(R"({"model":{"type":"WordPiece"}})").find("BPE"), std::string::npos);
 
-    json::Value v = json::parse(exported());
+    // Each case edits a shallow copy of the parsed export: members that change are rebuilt, never
+    // modified in place (json::Value shares arrays and objects between copies).
+    static const json::Value base = json::parse(exported());
     auto with = [&](auto&& edit) {
-        json::Value copy = json::parse(exported());
+        json::Value copy = json::Value(json::Object(base.as_object()));
         edit(copy);
-        return error_of(copy.dump());
+        try {
+            hf_tokenizer_tokens(copy, "tokenizer.json");
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string();
     };
+    EXPECT_EQ(with([](json::Value&) {}), "") << "the unedited export must load";
     EXPECT_NE(with([](json::Value& c) { c.set("normalizer", json::Object{{"type", "NFC"}}); }).find("normalizer"),
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) { c.set("pre_tokenizer", json::Object{{"type", "Whitespace"}}); })
                   .find("o200k pattern"),
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) {
-                  json::Value m = c.at("model");
-                  json::Value vocab = m.at("vocab");
+                  json::Value m = json::Value(json::Object(c.at("model").as_object()));
+                  json::Value vocab = json::Value(json::Object(m.at("vocab").as_object()));
                   vocab.set("hello", 5);
                   m.set("vocab", vocab);
                   c.set("model", m);
               }).find("appears twice"),
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) {
-                  json::Value m = c.at("model");
+                  json::Value m = json::Value(json::Object(c.at("model").as_object()));
                   json::Array merges = m.at("merges").as_array();
                   std::swap(merges[10], merges[5000]);
                   m.set("merges", json::Value(merges));
@@ -107,7 +115,7 @@ TEST(hf_json, malformed_files_are_named) {
               }).find("merges must follow the ranks"),
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) {
-                  json::Value m = c.at("model");
+                  json::Value m = json::Value(json::Object(c.at("model").as_object()));
                   json::Array merges = m.at("merges").as_array();
                   merges[3] = json::Array{"zzzzqq", "h"};
                   m.set("merges", json::Value(merges));
@@ -116,13 +124,14 @@ TEST(hf_json, malformed_files_are_named) {
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) {
                   json::Array added = c.at("added_tokens").as_array();
+                  added[0] = json::Value(json::Object(added[0].as_object()));
                   added[0].set("id", 5);
                   c.set("added_tokens", json::Value(added));
               }).find("not an o200k_harmony special token"),
               std::string::npos);
     EXPECT_NE(with([](json::Value& c) {
-                  json::Value m = c.at("model");
-                  json::Value vocab = m.at("vocab");
+                  json::Value m = json::Value(json::Object(c.at("model").as_object()));
+                  json::Value vocab = json::Value(json::Object(m.at("vocab").as_object()));
                   vocab.set("a b", 300000);
                   m.set("vocab", vocab);
                   c.set("model", m);
