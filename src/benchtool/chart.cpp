@@ -151,7 +151,14 @@ void draw(const Chart& chart, int width, int height, Painter& p) {
             ys.push_back(pt.y);
         }
     OSPREY_CHECK(!xs.empty(), "chart '", chart.title, "' has no points");
-    const double left = 90, right = width - 220.0, top = 70, bottom = height - 70.0;
+    // The legend takes the right-hand side: as wide as its longest label at the normal size (12 px
+    // per character in the raster font), at most 40% of the chart, else its labels go small.
+    size_t longest = 0;
+    for (const auto& s : chart.series) longest = std::max(longest, s.label.size());
+    const double legend_normal = 70 + 12.0 * double(longest);
+    const bool legend_small = legend_normal > 0.4 * width;
+    const double legend = legend_small ? std::min(70 + 6.0 * double(longest), 0.4 * width) : std::max(160.0, legend_normal);
+    const double left = 90, right = width - legend, top = 70, bottom = height - 70.0;
     const Axis ax = make_axis(xs, chart.x_log, left, right);
     const Axis ay = make_axis(ys, chart.y_log, bottom, top);
 
@@ -187,7 +194,7 @@ void draw(const Chart& chart, int width, int height, Painter& p) {
         const double ly = top + 10 + 26.0 * double(i);
         p.line(right + 20, ly, right + 50, ly, 3, c);
         p.disc(right + 35, ly, 4.5, c);
-        p.text(right + 58, ly, s.label, 2, 0, kInk);
+        p.text(right + 58, ly, s.label, legend_small ? 1 : 2, 0, kInk);
     }
 }
 
