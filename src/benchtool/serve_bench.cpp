@@ -111,12 +111,17 @@ RequestResult send_one(const ServeOptions& o, const Url& url, const std::string&
         }
     });
     try {
+        std::string head;  // the body's first bytes, for the error message of a non-200 answer
         const HttpResponse r = http_request(url, "POST", "/v1/chat/completions", auth_headers(o), body.dump(),
-                                            [&](std::string_view bytes) { sse.feed(bytes); }, o.timeout_s);
+                                            [&](std::string_view bytes) {
+                                                if (head.size() < 300) head.append(bytes.substr(0, 300 - head.size()));
+                                                sse.feed(bytes);
+                                            },
+                                            o.timeout_s);
         sse.finish();
         res.e2e = std::chrono::duration<double>(Clock::now() - t0).count();
         if (r.status != 200) {
-            res.error = str("HTTP ", r.status);
+            res.error = str("HTTP ", r.status, head.empty() ? "" : ": ", head);
         } else if (!stream_error.empty()) {
             res.error = stream_error;
         } else if (res.ttft < 0) {
