@@ -17,7 +17,7 @@ using test::harmony_tokenizer;
 
 // Runs `text` (Harmony, special tokens allowed) through a ChatOutput token by token, as the engine
 // would: a trailing <|return|> / <|call|> is the stop token given to finish(), not a token.
-struct Run {
+struct OutputRun {
     ChatDelta all;
     std::vector<ChatDelta> deltas;
     std::string finish_reason;
@@ -25,7 +25,7 @@ struct Run {
     bool stopped = false;
 };
 
-Run run(const std::string& text, ChatOutputOptions options = {}, engine::FinishReason reason = engine::FinishReason::stop) {
+OutputRun run(const std::string& text, ChatOutputOptions options = {}, engine::FinishReason reason = engine::FinishReason::stop) {
     std::vector<int32_t> ids = harmony_tokenizer().encode(text, tok::Specials::allowed);
     int32_t stop = -1;
     if (!ids.empty() && (ids.back() == harmony::kReturn || ids.back() == harmony::kCall)) {
@@ -33,7 +33,7 @@ Run run(const std::string& text, ChatOutputOptions options = {}, engine::FinishR
         ids.pop_back();
     }
     ChatOutput out(harmony_tokenizer(), options);
-    Run r;
+    OutputRun r;
     auto add = [&](ChatDelta d) {
         r.all.reasoning += d.reasoning;
         r.all.content += d.content;
@@ -54,7 +54,7 @@ Run run(const std::string& text, ChatOutputOptions options = {}, engine::FinishR
 }
 
 TEST(ChatOutput, AnalysisThenFinal) {
-    const Run r = run(
+    const OutputRun r = run(
         "<|channel|>analysis<|message|>User asks 2+2. Simple.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = "
         "4.<|return|>");
     EXPECT_EQ(r.all.reasoning, "User asks 2+2. Simple.");
@@ -69,7 +69,7 @@ TEST(ChatOutput, AnalysisThenFinal) {
 TEST(ChatOutput, ToolCallWithReasoningAndPreamble) {
     ChatOutputOptions o;
     o.tool_names = {"get_weather"};
-    const Run r = run(
+    const OutputRun r = run(
         "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary<|message|>Let me "
         "check.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
         "{\"city\": \"Paris\"}<|call|>",
@@ -86,20 +86,20 @@ TEST(ChatOutput, ToolCallWithReasoningAndPreamble) {
 TEST(ChatOutput, ToolCallWithRecipientAfterTheChannelAndGluedJson) {
     ChatOutputOptions o;
     o.tool_names = {"lookup"};
-    const Run r = run("<|channel|>commentary to=functions.lookupjson<|message|>{\"q\": [1, 2]}<|call|>", o);
+    const OutputRun r = run("<|channel|>commentary to=functions.lookupjson<|message|>{\"q\": [1, 2]}<|call|>", o);
     ASSERT_EQ(r.all.tool_calls.size(), 1u);
     EXPECT_EQ(r.all.tool_calls[0].name, "lookup");
     EXPECT_EQ(r.all.tool_calls[0].arguments, "{\"q\": [1, 2]}");
 }
 
 TEST(ChatOutput, EmptyArgumentsBecomeAnEmptyObject) {
-    const Run r = run("<|channel|>commentary to=functions.now <|constrain|>json<|message|><|call|>");
+    const OutputRun r = run("<|channel|>commentary to=functions.now <|constrain|>json<|message|><|call|>");
     ASSERT_EQ(r.all.tool_calls.size(), 1u);
     EXPECT_EQ(r.all.tool_calls[0].arguments, "{}");
 }
 
 TEST(ChatOutput, ArgumentsThatAreNotJsonAreReportedAsContent) {
-    const Run r = run("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"city\": Par<|call|>");
+    const OutputRun r = run("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"city\": Par<|call|>");
     EXPECT_TRUE(r.all.tool_calls.empty());
     EXPECT_EQ(r.all.content, "{\"city\": Par");
     EXPECT_EQ(r.finish_reason, "stop");
@@ -108,13 +108,13 @@ TEST(ChatOutput, ArgumentsThatAreNotJsonAreReportedAsContent) {
 TEST(ChatOutput, ToolChoiceNoneReportsCallsAsContent) {
     ChatOutputOptions o;
     o.tools_enabled = false;
-    const Run r = run("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>", o);
+    const OutputRun r = run("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>", o);
     EXPECT_TRUE(r.all.tool_calls.empty());
     EXPECT_EQ(r.all.content, "{}");
 }
 
 TEST(ChatOutput, LengthFinishKeepsWhatWasGenerated) {
-    const Run r = run("<|channel|>final<|message|>Partial answ", {}, engine::FinishReason::length);
+    const OutputRun r = run("<|channel|>final<|message|>Partial answ", {}, engine::FinishReason::length);
     EXPECT_EQ(r.all.content, "Partial answ");
     EXPECT_EQ(r.finish_reason, "length");
 }
@@ -122,14 +122,14 @@ TEST(ChatOutput, LengthFinishKeepsWhatWasGenerated) {
 TEST(ChatOutput, StopStringCutsTheContentAndStops) {
     ChatOutputOptions o;
     o.stop = {"STOP"};
-    const Run r = run("<|channel|>final<|message|>one two STOP three four<|return|>", o);
+    const OutputRun r = run("<|channel|>final<|message|>one two STOP three four<|return|>", o);
     EXPECT_EQ(r.all.content, "one two ");
     EXPECT_TRUE(r.stopped);
     EXPECT_EQ(r.finish_reason, "stop");
 }
 
 TEST(ChatOutput, HeaderOnlyMessageIsRecovered) {
-    const Run r = run("I must refuse<|end|>");
+    const OutputRun r = run("I must refuse<|end|>");
     EXPECT_EQ(r.all.content, "I must refuse");
 }
 

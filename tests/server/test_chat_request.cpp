@@ -21,7 +21,8 @@ TEST(ChatRequest, SystemAndDeveloperBecomeInstructionsWithTheEffort) {
     EXPECT_NE(t.find("Reasoning: high"), std::string::npos) << t;
     EXPECT_NE(t.find("<|start|>developer<|message|># Instructions\n\nBe brief.\n\nNo emoji.<|end|>"), std::string::npos) << t;
     EXPECT_NE(t.find("Current date: "), std::string::npos);
-    EXPECT_EQ(t.substr(t.size() - 38), "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+    const std::string tail = "<|start|>user<|message|>Hi<|end|><|start|>assistant";
+    EXPECT_EQ(t.substr(t.size() - tail.size()), tail);
 }
 
 TEST(ChatRequest, ReasoningObjectSpellingIsAccepted) {

@@ -1,0 +1,195 @@
+// The whole server in-process (HttpServer + OpenAiServer + Engine over the scripted backend) driven
+// through raw sockets: keep-alive, pipelining, chunked SSE, many idle connections on one thread,
+// disconnects cancelling generation, and bad requests that leave other clients untouched.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "engine/engine.h"
+#include "model/synthetic.h"
+#include "server/openai_server.h"
+#include "server/scripted_runner.h"
+#include "server_test_util.h"
+
+namespace osprey::server {
+namespace {
+
+using namespace std::chrono_literals;
+
+class ServerE2E : public ::testing::Test {
+protected:
+    void SetUp() override {
+        // No stop token in the script: past its end the runner repeats the last token until max_tokens.
+        const auto ids = test::harmony_tokenizer().encode("<|channel|>final<|message|>Hi there, friend", tok::Specials::allowed);
+        runner_ = std::make_unique<ScriptedRunner>(model::preset_config("tiny"), ids);
+        engine::EngineOptions eo;
+        eo.max_kv_tokens = 1 << 20;
+        eo.max_model_len = 131072;
+        engine_ = std::make_unique<engine::Engine>(*runner_, eo);
+        engine_->start();
+        ServerOptions so;
+        so.model_name = "m";
+        api_ = std::make_unique<OpenAiServer>(*engine_, test::harmony_tokenizer(), so);
+        HttpServerOptions ho;
+        ho.port = 0;
+        ho.limits.max_body_bytes = 4096;
+        ho.error_response = OpenAiServer::transport_error;
+        http_ = std::make_unique<HttpServer>(ho, [this](const HttpRequest& r) { return api_->handle(r); });
+        loop_ = std::thread([this] { http_->run(); });
+    }
+    void TearDown() override {
+        http_->stop();
+        loop_.join();
+        http_.reset();
+        engine_->stop();
+    }
+
+    int connect_client() {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_port = htons(uint16_t(http_->port()));
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+        timeval tv{10, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        return fd;
+    }
+    static void send_all(int fd, const std::string& s) {
+        ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size()));
+    }
+    // Reads one whole response (Content-Length or chunked) from `buffer` + the socket.
+    static std::string read_response(int fd, std::string& buffer) {
+        for (;;) {
+            const size_t head = buffer.find("\r\n\r\n");
+            if (head != std::string::npos) {
+                const std::string h = buffer.substr(0, head);
+                const size_t cl = h.find("Content-Length: ");
+                if (cl != std::string::npos) {
+                    const size_t n = std::stoul(h.substr(cl + 16));
+                    if (buffer.size() >= head + 4 + n) {
+                        std::string r = buffer.substr(0, head + 4 + n);
+                        buffer.erase(0, head + 4 + n);
+                        return r;
+                    }
+                } else if (const size_t end = buffer.find("\r\n0\r\n\r\n", head); end != std::string::npos) {
+                    std::string r = buffer.substr(0, end + 7);
+                    buffer.erase(0, end + 7);
+                    return r;
+                }
+            }
+            char tmp[65536];
+            const ssize_t n = ::recv(fd, tmp, sizeof tmp, 0);
+            if (n <= 0) return "EOF:" + buffer;
+            buffer.append(tmp, size_t(n));
+        }
+    }
+    static std::string post(const std::string& path, const std::string& body) {
+        return "POST " + path + " HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body;
+    }
+    static std::string chat(int max_tokens, bool stream) {
+        return post("/v1/chat/completions", R"({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": )" +
+                                                std::to_string(max_tokens) + (stream ? ", \"stream\": true}" : "}"));
+    }
+
+    std::unique_ptr<ScriptedRunner> runner_;
+    std::unique_ptr<engine::Engine> engine_;
+    std::unique_ptr<OpenAiServer> api_;
+    std::unique_ptr<HttpServer> http_;
+    std::thread loop_;
+};
+
+TEST_F(ServerE2E, KeepAliveAndPipelining) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+    EXPECT_NE(read_response(fd, buffer).find("{\"status\":\"ok\"}"), std::string::npos);
+    send_all(fd, chat(6, false));
+    const std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+    EXPECT_NE(r.find("\"content\":\"Hi there,\""), std::string::npos) << r;
+    EXPECT_NE(r.find("\"finish_reason\":\"length\""), std::string::npos) << r;
+    // Three requests in one write: answered in order, the generation in the middle included.
+    send_all(fd, "GET /v1/models HTTP/1.1\r\n\r\n" + chat(3, false) + "GET /health HTTP/1.1\r\n\r\n");
+    EXPECT_NE(read_response(fd, buffer).find("\"object\":\"list\""), std::string::npos);
+    EXPECT_NE(read_response(fd, buffer).find("chat.completion"), std::string::npos);
+    EXPECT_NE(read_response(fd, buffer).find("\"status\":\"ok\""), std::string::npos);
+    ::close(fd);
+}
+
+TEST_F(ServerE2E, StreamingIsChunkedServerSentEvents) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, chat(8, true));
+    const std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("Transfer-Encoding: chunked"), std::string::npos) << r;
+    EXPECT_NE(r.find("Content-Type: text/event-stream"), std::string::npos);
+    EXPECT_NE(r.find("data: {\"id\":\"chatcmpl-"), std::string::npos);
+    EXPECT_NE(r.find("\"finish_reason\":\"length\""), std::string::npos);
+    EXPECT_NE(r.find("data: [DONE]\n\n"), std::string::npos);
+    // The connection stays usable after the stream.
+    send_all(fd, "GET /health HTTP/1.1\r\n\r\n");
+    EXPECT_NE(read_response(fd, buffer).find("\"status\":\"ok\""), std::string::npos);
+    ::close(fd);
+}
+
+TEST_F(ServerE2E, DisconnectCancelsTheGeneration) {
+    const int fd = connect_client();
+    send_all(fd, chat(130000, true));
+    char tmp[4096];
+    ASSERT_GT(::recv(fd, tmp, sizeof tmp, 0), 0);  // the stream has started
+    const uint64_t finished_before = engine_->stats().n_finished;
+    ::close(fd);
+    const auto t0 = std::chrono::steady_clock::now();
+    while (engine_->stats().n_finished == finished_before && std::chrono::steady_clock::now() - t0 < 5s)
+        std::this_thread::sleep_for(1ms);
+    const engine::EngineStats s = engine_->stats();
+    EXPECT_EQ(s.n_finished, finished_before + 1);  // ended (aborted), long before its 130000 tokens
+    EXPECT_EQ(s.n_running + s.n_waiting, 0);
+    EXPECT_LT(s.n_generated_tokens, 100000u);
+}
+
+TEST_F(ServerE2E, ManyIdleConnectionsAndBadClientsDoNotBlockOthers) {
+    std::vector<int> idle;
+    for (int i = 0; i < 300; ++i) idle.push_back(connect_client());
+    const int bad = connect_client();
+    send_all(bad, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n{\"a\":");  // bad JSON
+    const int big = connect_client();
+    send_all(big, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 999999\r\n\r\n");
+    const int half = connect_client();
+    send_all(half, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{");  // never finished
+
+    const int good = connect_client();
+    std::string buffer;
+    send_all(good, chat(4, false));
+    const std::string r = read_response(good, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 200 OK"), std::string::npos) << r;
+    std::string b1, b2;
+    const std::string bad_reply = read_response(bad, b1);
+    EXPECT_NE(bad_reply.find("HTTP/1.1 400"), std::string::npos) << bad_reply;
+    EXPECT_NE(bad_reply.find("not valid JSON"), std::string::npos) << bad_reply;
+    EXPECT_NE(read_response(big, b2).find("HTTP/1.1 413"), std::string::npos);
+    EXPECT_GE(http_->n_connections(), 300u);
+    for (int fd : idle) ::close(fd);
+    for (int fd : {bad, big, half, good}) ::close(fd);
+}
+
+TEST_F(ServerE2E, ErrorsAreOpenAiShaped) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, post("/v1/chat/completions", R"({"model": "other", "messages": [{"role": "user", "content": "x"}]})"));
+    const std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 404"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("type":"not_found_error","param":"model","code":"model_not_found")"), std::string::npos) << r;
+    send_all(fd, post("/v1/completions", std::string("{\"model\": \"m\", \"prompt\": \"\xc3\x28\"}")));
+    EXPECT_NE(read_response(fd, buffer).find("not valid UTF-8"), std::string::npos);
+    ::close(fd);
+}
+
+}  // namespace
+}  // namespace osprey::server
