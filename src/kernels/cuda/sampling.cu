@@ -167,12 +167,11 @@ __device__ uint64_t select_chunk(const Row& row, Shared& sh, uint64_t below, int
                 key = make_key(row.value(t), t);
                 in = key < below && (key >> (shift + kDigitBits)) == prefix;
             }
-            const unsigned active = __ballot_sync(kFull, in);
-            if (in) {  // one shared atomic per distinct bin in the warp
-                const uint32_t d = uint32_t(key >> shift) & uint32_t(kBins - 1);
-                const unsigned peers = __match_any_sync(active, d);
-                if (lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], uint32_t(__popc(peers)));
-            }
+            // One shared atomic per distinct bin in the warp (all lanes match; out-of-range lanes carry a
+            // value no bin has).
+            const uint32_t d = in ? uint32_t(key >> shift) & uint32_t(kBins - 1) : 0xffffffffu;
+            const unsigned peers = __match_any_sync(kFull, d);
+            if (in && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[d], uint32_t(__popc(peers)));
         }
         __syncthreads();
         // Suffix counts: reversed bin r = kBins-1-d; thread tid owns r = 2 tid and 2 tid + 1.
