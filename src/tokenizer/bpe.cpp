@@ -73,6 +73,11 @@ Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
         if (t.size() == 1) byte_rank_[uint8_t(t[0])] = int32_t(r);
     }
     for (int b = 0; b < 256; ++b) OSPREY_CHECK(byte_rank_[b] >= 0, "no token for the single byte ", b);
+    byte_pair_rank_.assign(256 * 256, -1);
+    for (size_t r = 0; r < tokens_.size(); ++r) {
+        const std::string& t = tokens_[r];
+        if (t.size() == 2) byte_pair_rank_[size_t(uint8_t(t[0])) * 256 + uint8_t(t[1])] = int32_t(r);
+    }
 
     // Every way to cut a token into two tokens is a merge that yields it.
     std::vector<std::pair<uint64_t, int32_t>> pairs;
@@ -144,7 +149,7 @@ void Bpe::merge_short(std::string_view piece, std::vector<int32_t>& out) const {
     size_t m = piece.size();
     for (size_t k = 0; k < m; ++k) ids[k] = byte_rank_[uint8_t(piece[k])];
     for (size_t k = 0; k + 1 < m; ++k) {
-        const int32_t r = merged_rank(ids[k], ids[k + 1]);
+        const int32_t r = byte_pair_rank_[size_t(uint8_t(piece[k])) * 256 + uint8_t(piece[k + 1])];
         ranks[k] = r < 0 ? kNo : r;
     }
     while (m > 1) {
@@ -195,7 +200,10 @@ void Bpe::merge_long(std::string_view piece, std::vector<int32_t>& out) const {
         const int32_t r = merged_rank(ids[left], ids[right]);
         if (r >= 0) heap.push({r, left, right, version[left], version[right]});
     };
-    for (int32_t k = 0; k + 1 < n; ++k) push(k);
+    for (int32_t k = 0; k + 1 < n; ++k) {
+        const int32_t r = byte_pair_rank_[size_t(uint8_t(piece[k])) * 256 + uint8_t(piece[k + 1])];
+        if (r >= 0) heap.push({r, k, k + 1, 0, 0});
+    }
     while (!heap.empty()) {
         const Entry e = heap.top();
         heap.pop();

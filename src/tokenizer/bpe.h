@@ -41,6 +41,9 @@ private:
     std::vector<std::string> tokens_;  // [n_tokens] bytes of each rank
     size_t max_token_len_ = 0;
     int32_t byte_rank_[256];
+    // Rank of the token made of bytes (x, y), or -1: the first merges of every piece, from a 256 KB
+    // table that stays in cache instead of the pair hash table.
+    std::vector<int32_t> byte_pair_rank_;  // [256 * 256]
     std::vector<BytesSlot> by_bytes_;  // [power of two ≥ 2 n_tokens], linear probing
     // Merges packed in one word: (a << 18 | b) << 18 | rank, ~0 = empty (ids < 2^18); linear probing.
     std::vector<uint64_t> pairs_;  // [power of two ≥ 2 n_pairs]
