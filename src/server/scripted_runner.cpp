@@ -1,6 +1,8 @@
 // TEST ONLY scripted model backend (see scripted_runner.h).
 #include "server/scripted_runner.h"
 
+#include <thread>
+
 #include "core/check.h"
 
 namespace osprey::server {
@@ -12,7 +14,10 @@ ScriptedRunner::ScriptedRunner(model::Config config, std::vector<int32_t> script
         OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
 }
 
-void ScriptedRunner::forward(const model::ForwardBatch& batch) { n_logit_rows_ = batch.n_logit_rows(); }
+void ScriptedRunner::forward(const model::ForwardBatch& batch) {
+    n_logit_rows_ = batch.n_logit_rows();
+    if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
+}
 
 void ScriptedRunner::logits_to_host(std::vector<float>& out) {
     out.assign(size_t(n_logit_rows_) * size_t(config_.vocab_size), 0.0f);

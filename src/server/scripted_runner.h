@@ -4,6 +4,7 @@
 // (a random-weight model never calls a tool by itself). The config is the tiny preset's.
 #pragma once
 
+#include <chrono>
 #include <vector>
 
 #include "model/runner.h"
@@ -13,6 +14,8 @@ namespace osprey::server {
 class ScriptedRunner : public model::ModelRunner {
 public:
     ScriptedRunner(model::Config config, std::vector<int32_t> script);
+    // Makes every forward() take at least this long (a model's pace, for cancellation tests).
+    void set_step_delay(std::chrono::microseconds delay) { step_delay_ = delay; }
 
     const model::Config& config() const override { return config_; }
     std::string name() const override { return "scripted (test only)"; }
@@ -31,6 +34,7 @@ private:
     std::vector<int32_t> script_;
     model::KvLayout layout_;
     int n_logit_rows_ = 0;
+    std::chrono::microseconds step_delay_{0};
 };
 
 }  // namespace osprey::server
