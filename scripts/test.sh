@@ -4,7 +4,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
 
-osprey_apt_deps
+osprey_apt_deps chromium  # headless browser for the chat-page check (tools/server/chat_page_check.py)
 osprey_python_deps
 osprey_build
 
