@@ -1,3 +1,4 @@
+// Byte-level BPE with tiktoken's merge order (see bpe.h). Test: tests/tokenizer/test_bpe.cpp.
 #include "tokenizer/bpe.h"
 
 #include <cstring>

@@ -1,3 +1,4 @@
+// tokenizer.json reader and writer (see hf_json.h). Test: tests/tokenizer/test_hf_json.cpp.
 #include "tokenizer/hf_json.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// tiktoken rank-file parser (see rank_file.h). Test: tests/tokenizer/test_rank_file.cpp.
 #include "tokenizer/rank_file.h"
 
 #include <charconv>

@@ -1,3 +1,4 @@
+// SHA-256 per FIPS 180-4 (see sha256.h). Test: tests/tokenizer/test_rank_file.cpp (known vectors).
 #include "tokenizer/sha256.h"
 
 #include <cstdint>

@@ -1,3 +1,4 @@
+// The o200k_harmony special-token table (see special_tokens.h).
 #include "tokenizer/special_tokens.h"
 
 #include <algorithm>
