@@ -10,10 +10,17 @@ repo="$(cd "$here/../.." && pwd)"
 build="${1:-$repo/build}"
 n="${2:-1000}"
 seed="${3:-1}"
-venv="${OSPREY_HARMONY_VENV:-/tmp/venv-harmony}"
 shared="${OSPREY_SHARED_DIR:-$repo/../shared}"
-if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
-"$venv/bin/python" -c "import openai_harmony" 2>/dev/null || "$venv/bin/pip" install -q "openai-harmony==0.0.8"
+# OSPREY_PYTHON (the test venv of scripts/deps.sh, which has openai-harmony) is used as it is;
+# otherwise a venv of our own is made.
+py="${OSPREY_PYTHON:-}"
+if [ -z "$py" ]; then
+    venv="${OSPREY_HARMONY_VENV:-/tmp/venv-harmony}"
+    if [ ! -x "$venv/bin/python" ]; then python3 -m venv "$venv"; fi
+    "$venv/bin/python" -c "import openai_harmony" 2>/dev/null || "$venv/bin/pip" install -q "openai-harmony==0.0.8"
+    py="$venv/bin/python"
+fi
 cases="$(mktemp /tmp/osprey-harmony-diff-XXXXXX.jsonl)"
-"$venv/bin/python" "$here/differential.py" --conversations "$n" --streams "$n" --seed "$seed" --shared "$shared" --out "$cases"
+trap 'rm -f "$cases"' EXIT
+"$py" "$here/differential.py" --conversations "$n" --streams "$n" --seed "$seed" --shared "$shared" --out "$cases"
 OSPREY_HARMONY_DIFF_CASES="$cases" "$build/tests/harmony/test_harmony" --gtest_filter='harmony_differential.*'
