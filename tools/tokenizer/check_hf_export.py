@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks `osprey tokenize --export-hf-json` with Hugging Face's own `tokenizers` library: the
-exported tokenizer.json must load there and give tiktoken's ids on a generated corpus.
+exported tokenizer.json must load there and give tiktoken's ids on a generated corpus, and the file
+as tokenizers saves it back must load in Osprey with the same ids.
 
 Documents containing "<|" are left out: Hugging Face always matches added (special) tokens, which has
 no tiktoken encode_ordinary equivalent. Exits 77 (a CTest skip) when tiktoken or tokenizers is missing.
@@ -50,7 +51,17 @@ def main():
         if specials != [200006, 1428, 200008, 3686, 200007, 200018]:
             print(f"MISMATCH added tokens: {specials}")
             bad.append(-1)
-        print(f"{len(texts) + 1 - len(bad)} passed, {len(bad)} failed")
+        # What tokenizers itself writes (its own serialisation of the file) must load in Osprey too.
+        resaved = os.path.join(tmp, "resaved", "tokenizer.json")
+        os.makedirs(os.path.dirname(resaved))
+        hf.save(resaved)
+        sample = "Grüße, 日本語 and 👍🏽 <|start|>   12345\n"
+        out = subprocess.run([args.osprey, "tokenize", "--model", os.path.dirname(resaved), "--allow-special", sample],
+                             check=True, capture_output=True, text=True).stdout.split()
+        if [int(x) for x in out] != enc.encode(sample, allowed_special="all"):
+            print(f"MISMATCH osprey on the re-saved tokenizer.json: {out}")
+            bad.append(-2)
+        print(f"{len(texts) + 2 - len(bad)} passed, {len(bad)} failed")
         return 0 if not bad else 1
 
 
