@@ -2,6 +2,7 @@
 // reference backend (or the CUDA backend when built with it and a GPU is present). Without --model
 // it serves the built-in tiny model, created on first use like `osprey generate` does.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -182,6 +183,13 @@ int run_serve(const std::vector<std::string>& argv) {
     ho.limits.max_body_bytes = size_t(max_body);
     ho.error_response = server::OpenAiServer::transport_error;
     server::HttpServer http(ho, [&api](const server::HttpRequest& r) { return api.handle(r); });
+
+    // Many concurrent clients need many descriptors: raise the soft limit to the hard one.
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        ::setrlimit(RLIMIT_NOFILE, &files);
+    }
 
     // SIGINT / SIGTERM stop the loop (a thread waits for them; the handlers stay default elsewhere).
     sigset_t signals;

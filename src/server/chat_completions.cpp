@@ -26,7 +26,9 @@ std::shared_ptr<engine::RequestStream> submit(ServerContext& ctx, engine::Reques
     } catch (const ApiError&) {
         throw;
     } catch (const Error& e) {
-        throw ApiError(400, e.what());
+        // The engine's only refusal that is not about the request itself is a full queue.
+        const bool busy = std::string(e.what()).find("at capacity") != std::string::npos;
+        throw ApiError(busy ? 503 : 400, e.what(), "", busy ? "server_busy" : "");
     }
 }
 

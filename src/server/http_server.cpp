@@ -201,7 +201,18 @@ void HttpServer::accept_all() {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK) log::warn("accept failed: ", std::strerror(errno));
+            if (errno == EMFILE || errno == ENFILE) {
+                // Out of file descriptors: the listening socket would stay readable and spin the loop,
+                // so stop watching it until the next sweep (a second), when connections may have closed.
+                log::warn("accept: ", std::strerror(errno), " (", connections_.size(),
+                          " connections open); pausing accept for a second");
+                epoll_event ev{};
+                ev.data.u64 = kListenTag;
+                ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev);
+                accept_paused_ = true;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                log::warn("accept failed: ", std::strerror(errno));
+            }
             return;
         }
         if (int(connections_.size()) >= options_.max_connections) {
@@ -374,6 +385,12 @@ void HttpServer::close_connection(uint64_t id) {
 }
 
 void HttpServer::sweep_timeouts() {
+    if (accept_paused_) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = kListenTag;
+        if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev) == 0) accept_paused_ = false;
+    }
     const auto now = Clock::now();
     std::vector<uint64_t> expired;
     for (const auto& [id, c] : connections_) {

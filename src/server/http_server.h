@@ -115,6 +115,7 @@ private:
     uint64_t next_id_ = 1;
     std::atomic<size_t> n_connections_{0};
     std::atomic<bool> stopping_{false};
+    bool accept_paused_ = false;  // out of file descriptors: the listening socket is not watched
 };
 
 }  // namespace osprey::server

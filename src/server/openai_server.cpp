@@ -155,7 +155,9 @@ Reply OpenAiServer::handle(const HttpRequest& request) {
         log::error("internal error on ", request.method, " ", request.path, ": ", e.what());
         reply = Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
     }
-    ctx_.metrics.http_request(route_name, reply.job ? 200 : reply.response.status);
+    const int status = reply.job ? 200 : reply.response.status;
+    ctx_.metrics.http_request(route_name, status);
+    log::debug(request.method, " ", request.path, " -> ", status, reply.job ? " (generating)" : "");
     return reply;
 }
 
