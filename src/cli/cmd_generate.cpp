@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -13,6 +14,9 @@
 #include "cli/generate_batch.h"
 #include "core/check.h"
 #include "model/gpt_oss_ref.h"
+#ifdef OSPREY_HAVE_CUDA
+#include "model/cuda/gpt_oss_cuda.h"
+#endif
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -24,7 +28,7 @@ using namespace osprey;
 
 constexpr const char* kHelp =
     "usage: osprey generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N]\n"
-    "                       [--threads N] [--ignore-eos]\n"
+    "                       [--threads N] [--ignore-eos] [--device cpu|cuda]\n"
     "                       [--batch N [--kv-memory-fraction F] [--max-batch-tokens N] [--max-num-seqs N]\n"
     "                        [--page-size N] [--temperature T] [--seed S]]\n"
     "\n"
@@ -34,7 +38,8 @@ constexpr const char* kHelp =
     "--max-tokens (default 32) or at the config's eos token unless --ignore-eos.\n"
     "--batch N runs N requests (the prompt plus one distinct token each) at once through the engine\n"
     "(continuous batching, paged KV cache sized to --kv-memory-fraction of the backend's budget) and\n"
-    "prints the throughput.\n";
+    "prints the throughput.\n"
+    "--device cuda runs the CUDA backend (greedy sampling on the GPU) when osprey was built with it.\n";
 
 fs::path cache_root() {
     if (const char* env = std::getenv("OSPREY_CACHE"); env && *env) return env;
@@ -96,7 +101,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 int run_generate(const std::vector<std::string>& argv) {
-    std::vector<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "threads"};
+    std::vector<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "threads", "device"};
     value_flags.insert(value_flags.end(), cli::generate_batch_flags().begin(), cli::generate_batch_flags().end());
     const cli::Args args(argv, value_flags, {"help", "ignore-eos"});
     if (args.has("help")) {
@@ -112,7 +117,20 @@ int run_generate(const std::vector<std::string>& argv) {
     OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
 
     const fs::path dir = args.has("model") ? fs::path(args.get("model")) : default_model();
-    model::CpuReference runner(model::Weights::load(dir), {.n_threads = int(threads)});
+    const std::string device = args.get("device", "cpu");
+    OSPREY_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
+    std::unique_ptr<model::ModelRunner> runner_owner;
+    if (device == "cuda") {
+#ifdef OSPREY_HAVE_CUDA
+        runner_owner = std::make_unique<model::CudaRunner>(model::Weights::load(dir));
+#else
+        OSPREY_FAIL("--device cuda: this osprey was built without the CUDA backend");
+#endif
+    } else {
+        runner_owner = std::make_unique<model::CpuReference>(model::Weights::load(dir),
+                                                             model::CpuReferenceOptions{.n_threads = int(threads)});
+    }
+    model::ModelRunner& runner = *runner_owner;
     const model::Config& c = runner.config();
 
     std::optional<tok::Tokenizer> tokenizer;

@@ -3,6 +3,16 @@
 
 namespace osprey::cuda {
 
+void require_device() {
+    int n = 0;
+    const cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        OSPREY_FAIL("no usable CUDA device: ", cudaGetErrorString(err));
+    }
+    OSPREY_CHECK(n > 0, "no CUDA device found");
+}
+
 MemInfo mem_info() {
     MemInfo m;
     CUDA_CHECK(cudaMemGetInfo(&m.free, &m.total));

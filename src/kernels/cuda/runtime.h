@@ -35,6 +35,8 @@ struct MemInfo {
     size_t total = 0;
 };
 MemInfo mem_info();
+// Throws osprey::Error naming the reason when no CUDA device can be used (no GPU, no driver).
+void require_device();
 std::string device_name();  // "NVIDIA H200"
 int sm_count();
 

@@ -96,6 +96,7 @@ void check_bf16(const TensorView& v) {
 }  // namespace
 
 DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
+    cuda::require_device();
     const auto t0 = std::chrono::steady_clock::now();
     DeviceWeights d;
     d.config = w.config;
