@@ -25,6 +25,8 @@
 # KV fill for decode (docs/benchmarks.md): context 8192 prefills every sequence for real (128 x 8k =
 # 1M prompt tokens); context 32768 shares the prompt's pages across the batch (--kv-fill shared),
 # because a real fill would be 4.2M prompt tokens. Override with KV_FILL_8K / KV_FILL_32K=prefill|shared.
+# The commit in the reports is git describe at configure time; where the tree has no .git, set
+# OSPREY_COMMIT=<hash> (passed to cmake as -DOSPREY_COMMIT).
 # Smoke-testing the script elsewhere: BACKEND=cpu, LENGTHS, BATCHES, CTX_8K, CTX_32K override the sweep
 # (e.g. BACKEND=cpu LENGTHS=16,32 BATCHES=1,2 CTX_8K=64 CTX_32K=96 --preset tiny --quick).
 set -euo pipefail
@@ -49,7 +51,7 @@ while [[ $# -gt 0 ]]; do
     --price) price="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --quick) repeats=3; decode_steps=16; shift ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,7 +86,8 @@ run() {
   return $rc
 }
 
-note "gpu_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), commit $(git -C "$here" describe --always --dirty 2>/dev/null || echo unknown)"
+commit="${OSPREY_COMMIT:-$(git -C "$here" describe --always --dirty --tags 2>/dev/null || echo unknown)}"
+note "gpu_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), commit $commit"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 \
   | tee -a "$summary" || true
 
@@ -92,7 +95,8 @@ if [[ -z "$osprey" ]]; then
   osprey="$build/osprey"
   if want build; then
     if [[ ! -f "$build/build.ninja" ]]; then
-      run configure cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOSPREY_TESTS=OFF || exit 1
+      run configure cmake -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DOSPREY_TESTS=OFF \
+        ${OSPREY_COMMIT:+-DOSPREY_COMMIT="$OSPREY_COMMIT"} || exit 1
     fi
     run build ninja -C "$build" osprey || exit 1
   fi
