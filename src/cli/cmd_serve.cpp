@@ -41,7 +41,7 @@ constexpr const char* kHelp =
     "                    [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
     "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
-    "                    [--max-body-bytes N] [--no-prefix-caching]\n"
+    "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
     "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/models, /health, /metrics,\n"
@@ -62,6 +62,7 @@ constexpr const char* kHelp =
     "  --tokenizer FILE       tokenizer.json or o200k_base.tiktoken (default: from the model folder,\n"
     "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
+    "  --default-max-tokens N output limit of requests that set none (default: the rest of the context)\n"
     "\n"
     "Test only: $OSPREY_TEST_SCRIPT (Harmony text) makes every request generate exactly that text\n"
     "through a scripted model backend, to test tool calls end to end.\n";
@@ -91,7 +92,7 @@ int run_serve(const std::vector<std::string>& argv) {
     const cli::Args args(argv,
                          {"model", "host", "port", "api-key", "api-key-file", "served-model-name", "max-model-len",
                           "max-num-seqs", "max-num-batched-tokens", "kv-cache-tokens", "page-size", "backend",
-                          "threads", "tokenizer", "max-body-bytes"},
+                          "threads", "tokenizer", "max-body-bytes", "default-max-tokens"},
                          {"help", "no-prefix-caching"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
@@ -124,6 +125,7 @@ int run_serve(const std::vector<std::string>& argv) {
     const int threads = positive_flag(args, "threads", 0, 1024);
     const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
     OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ", max_body);
+    so.default_max_tokens = positive_flag(args, "default-max-tokens", 0, 1 << 30);
     const std::string backend = args.get("backend", "auto");
     OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
                  backend, "'");

@@ -270,7 +270,8 @@ Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     }
     engine::Request request;
     request.id = "chat";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages");
+    request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages",
+                                                ctx.options.default_max_tokens);
     request.prompt = std::move(prompt);
     request.sampling = r.params.sampling;
     request.n = r.params.n;

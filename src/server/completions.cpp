@@ -259,7 +259,8 @@ Reply handle_completions(ServerContext& ctx, const json::Value& body) {
             engine::Request request;
             request.id = "completion";
             request.max_new_tokens = resolve_max_tokens(params, Api::completions, int(prompts[i].ids.size()),
-                                                        ctx.max_model_len, prompts.size() > 1 ? str("prompt[", i, "]") : "prompt");
+                                                        ctx.max_model_len, prompts.size() > 1 ? str("prompt[", i, "]") : "prompt",
+                                                        ctx.options.default_max_tokens);
             request.prompt = prompts[i].ids;
             request.sampling = params.sampling;
             request.n = params.n;

@@ -1,6 +1,7 @@
 // OpenAI sampling parameters -> SamplingParams (see generation_params.h).
 #include "server/generation_params.h"
 
+#include <algorithm>
 #include <random>
 
 #include "server/api_error.h"
@@ -135,13 +136,13 @@ GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLim
 }
 
 int resolve_max_tokens(const GenerationParams& p, Api api, int n_prompt, int max_model_len,
-                       const std::string& prompt_param) {
+                       const std::string& prompt_param, int default_max) {
     if (n_prompt >= max_model_len)
         throw ApiError(400,
                        str("the prompt has ", n_prompt, " tokens, but this model's maximum context length is ",
                            max_model_len, " tokens (prompt and output together)"),
                        prompt_param, "context_length_exceeded");
-    if (!p.max_tokens) return max_model_len - n_prompt;
+    if (!p.max_tokens) return default_max > 0 ? std::min(default_max, max_model_len - n_prompt) : max_model_len - n_prompt;
     if (int64_t(n_prompt) + *p.max_tokens > max_model_len)
         throw ApiError(400,
                        str("this model's maximum context length is ", max_model_len, " tokens; the prompt has ",

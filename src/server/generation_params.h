@@ -36,9 +36,10 @@ struct GenerationLimits {
 // Reads every sampling-related member of `f` that `api` knows (marking them used).
 GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLimits& limits);
 
-// Picks max_new_tokens for a prompt of n_prompt tokens, or throws ApiError(400,
-// context_length_exceeded) naming `prompt_param` or the max-tokens field.
+// Picks max_new_tokens for a prompt of n_prompt tokens (without a max-tokens field: default_max when
+// > 0, else the rest of the context, as vLLM does), or throws ApiError(400, context_length_exceeded)
+// naming `prompt_param` or the max-tokens field.
 int resolve_max_tokens(const GenerationParams& p, Api api, int n_prompt, int max_model_len,
-                       const std::string& prompt_param);
+                       const std::string& prompt_param, int default_max = 0);
 
 }  // namespace osprey::server

@@ -522,7 +522,8 @@ Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     }
     engine::Request request;
     request.id = "response";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input");
+    request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input",
+                                                ctx.options.default_max_tokens);
     request.prompt = std::move(prompt);
     request.sampling = r.params.sampling;
     request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));

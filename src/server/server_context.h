@@ -19,6 +19,7 @@ struct ServerOptions {
     std::string model_path;                // shown in /v1/models (root)
     std::string api_key;                   // empty: /v1 routes are open
     size_t max_stored_responses = 10000;   // /v1/responses with store: oldest dropped beyond this
+    int default_max_tokens = 0;            // output limit of requests that give none (0: the rest of the context)
 };
 
 struct ServerContext {

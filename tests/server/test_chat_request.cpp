@@ -94,6 +94,15 @@ TEST(ChatRequest, SamplingParametersMapOntoTheEngine) {
     EXPECT_THROW(resolve_max_tokens(p, Api::chat, 90, 100, "messages"), ApiError);
     GenerationParams unlimited;
     EXPECT_EQ(resolve_max_tokens(unlimited, Api::chat, 10, 100, "messages"), 90);
+    EXPECT_EQ(resolve_max_tokens(unlimited, Api::chat, 10, 100, "messages", 50), 50);   // --default-max-tokens
+    EXPECT_EQ(resolve_max_tokens(unlimited, Api::chat, 10, 100, "messages", 500), 90);  // capped by the context
+    try {
+        resolve_max_tokens(unlimited, Api::chat, 100, 100, "messages");
+        ADD_FAILURE() << "a prompt that fills the context was accepted";
+    } catch (const ApiError& e) {
+        EXPECT_EQ(e.param, "messages");
+        EXPECT_EQ(e.code, "context_length_exceeded");
+    }
 }
 
 TEST(ChatRequest, ErrorsNameTheField) {
