@@ -25,13 +25,7 @@ std::vector<int32_t> random_tokens(std::mt19937_64& rng, const model::Config& c,
     return t;
 }
 
-// One sequence of the benchmark: its page table, window ring and next position.
-struct Seq {
-    std::vector<int32_t> pages;  // [pages] position p lives in pages[p / page_size]
-    int slot = 0;
-    int pos = 0;                 // positions [0, pos) are in the cache
-    int32_t last = 0;            // the token to feed next
-};
+using Seq = DecodeSequence;
 
 // Greedy tokens of the last forward's logit rows (on the backend; only ids come back).
 std::vector<int32_t> sample_greedy(model::ModelRunner& runner, int rows) {
@@ -181,6 +175,54 @@ size_t decode_kv_bytes(const model::ModelRunner& runner, const DecodeOptions& o,
     return runner.bytes_per_page(o.page_size) * size_t(p.n_pages) + runner.bytes_per_window_slot() * size_t(p.n_slots);
 }
 
+std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const DecodeOptions& o, int context,
+                                              uint64_t seed) {
+    const model::Config& c = runner.config();
+    const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+    int sliding_layers = 0;
+    for (int l = 0; l < c.n_layers; ++l) sliding_layers += c.is_sliding(l) ? 1 : 0;
+    const DecodePlan plan = plan_decode(o, context);
+    runner.allocate_kv({.page_size = o.page_size, .n_pages = plan.n_pages, .n_window_slots = plan.n_slots});
+    std::mt19937_64 rng(seed);
+    std::vector<Seq> seqs(static_cast<size_t>(max_batch));
+    if (o.fill == KvFill::prefill) {
+        for (int i = 0; i < max_batch; ++i) {
+            Seq& s = seqs[size_t(i)];
+            s.slot = i;
+            for (int p = 0; p < plan.private_pages; ++p) s.pages.push_back(i * plan.private_pages + p);
+            s.prompt = random_tokens(rng, c, context);
+            s.last = prefill(runner, s, s.prompt, o.chunk);
+        }
+    } else {
+        const int shared_len = plan.n_shared_pages * o.page_size;
+        const std::vector<int32_t> common = random_tokens(rng, c, shared_len);
+        std::vector<int32_t> shared_pages;
+        for (int p = 0; p < plan.n_shared_pages; ++p) shared_pages.push_back(p);
+        if (shared_len > 0) {
+            Seq writer;  // writes the shared pages' full-layer K/V once, with a slot of its own
+            writer.slot = max_batch;
+            writer.pages = shared_pages;
+            prefill(runner, writer, common, o.chunk);
+        }
+        const int replay = std::min(shared_len, sliding_layers * (c.sliding_window - 1));
+        for (int i = 0; i < max_batch; ++i) {
+            Seq& s = seqs[size_t(i)];
+            s.slot = i;
+            s.pages = shared_pages;
+            for (int p = 0; p < plan.private_pages; ++p)
+                s.pages.push_back(plan.n_shared_pages + i * plan.private_pages + p);
+            std::vector<int32_t> tokens(common.end() - replay, common.end());
+            const std::vector<int32_t> tail = random_tokens(rng, c, context - shared_len);
+            tokens.insert(tokens.end(), tail.begin(), tail.end());
+            s.pos = shared_len - replay;
+            s.last = prefill(runner, s, tokens, o.chunk, replay);
+            s.prompt = common;
+            s.prompt.insert(s.prompt.end(), tail.begin(), tail.end());
+        }
+    }
+    return seqs;
+}
+
 std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOptions& o, double price_per_hour,
                                   const ProgressFn& progress) {
     const model::Config& c = runner.config();
@@ -192,9 +234,6 @@ std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOption
     OSPREY_CHECK(o.chunk >= 1, "--chunk must be >= 1, got ", o.chunk);
     OSPREY_CHECK(o.page_size >= 1, "--page-size must be >= 1, got ", o.page_size);
     const int max_batch = o.batches.back();
-    int sliding_layers = 0;
-    for (int l = 0; l < c.n_layers; ++l) sliding_layers += c.is_sliding(l) ? 1 : 0;
-
     std::mt19937_64 rng(o.seed);
     std::vector<DecodeRow> rows;
     for (int context : o.contexts) {
@@ -206,43 +245,8 @@ std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOption
                      " (--kv-fill ", kv_fill_name(o.fill), ") needs ", need >> 20, " MiB of KV cache, the backend offers ",
                      runner.kv_budget_bytes() >> 20, " MiB",
                      o.fill == KvFill::prefill ? "; try --kv-fill shared or smaller batches" : "; try smaller batches");
-        runner.allocate_kv({.page_size = o.page_size, .n_pages = plan.n_pages, .n_window_slots = plan.n_slots});
-
-        // Fill the cache.
         const auto t_fill = Clock::now();
-        std::vector<Seq> seqs(static_cast<size_t>(max_batch));
-        if (o.fill == KvFill::prefill) {
-            for (int i = 0; i < max_batch; ++i) {
-                Seq& s = seqs[size_t(i)];
-                s.slot = i;
-                for (int p = 0; p < plan.private_pages; ++p) s.pages.push_back(i * plan.private_pages + p);
-                s.last = prefill(runner, s, random_tokens(rng, c, context), o.chunk);
-            }
-        } else {
-            const int shared_len = plan.n_shared_pages * o.page_size;
-            const std::vector<int32_t> common = random_tokens(rng, c, shared_len);
-            std::vector<int32_t> shared_pages;
-            for (int p = 0; p < plan.n_shared_pages; ++p) shared_pages.push_back(p);
-            if (shared_len > 0) {
-                Seq writer;  // writes the shared pages' full-layer K/V once, with a slot of its own
-                writer.slot = max_batch;
-                writer.pages = shared_pages;
-                prefill(runner, writer, common, o.chunk);
-            }
-            const int replay = std::min(shared_len, sliding_layers * (c.sliding_window - 1));
-            for (int i = 0; i < max_batch; ++i) {
-                Seq& s = seqs[size_t(i)];
-                s.slot = i;
-                s.pages = shared_pages;
-                for (int p = 0; p < plan.private_pages; ++p)
-                    s.pages.push_back(plan.n_shared_pages + i * plan.private_pages + p);
-                std::vector<int32_t> tokens(common.end() - replay, common.end());
-                const std::vector<int32_t> tail = random_tokens(rng, c, context - shared_len);
-                tokens.insert(tokens.end(), tail.begin(), tail.end());
-                s.pos = shared_len - replay;
-                s.last = prefill(runner, s, tokens, o.chunk, replay);
-            }
-        }
+        std::vector<Seq> seqs = fill_decode_cache(runner, o, context, rng());
         const double fill_s = seconds_since(t_fill);
         if (progress)
             progress(str("decode context ", context, ": cache filled for ", max_batch, " sequences in ", fill_s,

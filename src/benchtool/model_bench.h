@@ -79,6 +79,20 @@ struct DecodeRow {
     json::Value to_json() const;
 };
 
+// One sequence of the decode benchmark after the cache fill.
+struct DecodeSequence {
+    std::vector<int32_t> prompt;  // [context] the tokens whose K/V the cache holds for it
+    std::vector<int32_t> pages;   // position p lives in pages[p / page_size] (shared mode: leading pages shared)
+    int slot = 0;                 // window ring
+    int pos = 0;                  // positions [0, pos) are in the cache
+    int32_t last = 0;             // the token to feed next (greedy after the prompt)
+};
+
+// The cache fill of run_decode for one context length (exposed for tests): allocates the KV layout
+// and fills max(batches) sequences as o.fill says, from random prompts seeded by `seed`.
+std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const DecodeOptions& o, int context,
+                                              uint64_t seed);
+
 // KV bytes the decode benchmark needs for one context length (pages plus window rings).
 size_t decode_kv_bytes(const model::ModelRunner& runner, const DecodeOptions& o, int context);
 

@@ -1,0 +1,124 @@
+// The decode benchmark's cache fill is honest: after either fill (--kv-fill prefill or shared),
+// a decode step over the filled sequences gives the same logits as running each sequence's whole
+// prompt through a fresh cache, so every sequence really attends over its `context` positions
+// (shared pages, private tails and the replayed sliding-window rings included).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "benchtool/model_bench.h"
+#include "model/gpt_oss_ref.h"
+#include "model/synthetic.h"
+#include "model/weights.h"
+
+namespace osprey::benchtool {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Removes the checkpoint folder when the test process exits.
+struct TempDir {
+    fs::path path;
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
+
+const fs::path& tiny_model() {
+    static const TempDir dir{[] {
+        const fs::path d = fs::temp_directory_path() / ("osprey-bench-fill-" + std::to_string(::getpid()));
+        fs::remove_all(d);
+        model::SyntheticOptions o;
+        o.preset = "tiny";
+        o.seed = 3;
+        o.out = d;
+        o.threads = 1;
+        model::write_synthetic_checkpoint(o);
+        return d;
+    }()};
+    return dir.path;
+}
+
+// Logits after running `prompt` then `next` through a fresh single-sequence cache.
+std::vector<float> reference_logits(model::CpuReference& ref, const std::vector<int32_t>& prompt, int32_t next) {
+    const int n = int(prompt.size()) + 1;
+    ref.allocate_kv({.page_size = 16, .n_pages = (n + 15) / 16, .n_window_slots = 1});
+    model::ForwardBatch b;
+    b.tokens = prompt;
+    b.tokens.push_back(next);
+    model::SequenceSlice sl;
+    sl.n_tokens = n;
+    for (int p = 0; p < (n + 15) / 16; ++p) sl.pages.push_back(p);
+    b.slices.push_back(sl);
+    ref.forward(b);
+    std::vector<float> out;
+    ref.logits_to_host(out);
+    return out;
+}
+
+void check_fill(KvFill fill, int context) {
+    model::CpuReference runner(model::Weights::load(tiny_model()), {.n_threads = 1});
+    model::CpuReference ref(model::Weights::load(tiny_model()), {.n_threads = 1});
+    const int vocab = runner.config().vocab_size;
+    DecodeOptions o;
+    o.batches = {1, 3};
+    o.steps = 1;
+    o.warmup = 0;
+    o.page_size = 16;
+    o.chunk = 64;  // several chunks per prompt and per replay
+    o.fill = fill;
+    const std::vector<DecodeSequence> seqs = fill_decode_cache(runner, o, context, 11);
+    ASSERT_EQ(seqs.size(), 3u);
+
+    model::ForwardBatch b;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        EXPECT_EQ(seqs[i].pos, context);
+        ASSERT_EQ(int(seqs[i].prompt.size()), context);
+        model::SequenceSlice sl;
+        sl.first_token = int32_t(i);
+        sl.n_tokens = 1;
+        sl.start_pos = seqs[i].pos;
+        sl.window_slot = seqs[i].slot;
+        sl.pages = seqs[i].pages;
+        b.slices.push_back(sl);
+        b.tokens.push_back(seqs[i].last);
+    }
+    if (fill == KvFill::shared && context >= 2 * o.page_size) {  // the leading pages really are shared
+        EXPECT_EQ(seqs[0].pages[0], seqs[2].pages[0]);
+    }
+    runner.forward(b);
+    std::vector<float> got;
+    runner.logits_to_host(got);
+    ASSERT_EQ(got.size(), size_t(3) * vocab);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        const std::vector<float> want = reference_logits(ref, seqs[i].prompt, seqs[i].last);
+        double worst = 0, scale = 1;
+        for (int v = 0; v < vocab; ++v) {
+            worst = std::max(worst, double(std::fabs(got[i * vocab + v] - want[size_t(v)])));
+            scale = std::max(scale, double(std::fabs(want[size_t(v)])));
+        }
+        // FP32 forward in a different token grouping: only summation-order differences remain.
+        EXPECT_LE(worst, 1e-4 * scale) << "sequence " << i << ", fill " << kv_fill_name(fill) << ", context "
+                                        << context;
+    }
+}
+
+// Context 40: shared pages plus a private partial page; 300: longer than the replay of the tiny
+// model's sliding layers (2 x 127 positions), so the window rings are rebuilt from a replay that
+// starts after position 0.
+TEST(DecodeFill, PrefillFillMatchesAFreshCache) {
+    check_fill(KvFill::prefill, 40);
+    check_fill(KvFill::prefill, 300);
+}
+
+TEST(DecodeFill, SharedFillMatchesAFreshCache) {
+    check_fill(KvFill::shared, 40);
+    check_fill(KvFill::shared, 300);
+}
+
+}  // namespace
+}  // namespace osprey::benchtool
