@@ -163,7 +163,14 @@ int run_serve(const std::vector<std::string>& argv) {
                      c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights->total_bytes() / (1 << 20), " MiB)");
         [[maybe_unused]] bool cuda = backend == "cuda" || (backend == "auto" && have_gpu());
 #ifdef OSPREY_HAVE_CUDA
-        if (cuda) runner = std::make_unique<model::CudaRunner>(*weights, model::CudaRunnerOptions{});
+        if (cuda) {
+            try {
+                runner = std::make_unique<model::CudaRunner>(*weights, model::CudaRunnerOptions{});
+            } catch (const Error& e) {
+                OSPREY_CHECK(backend == "auto", "--backend cuda: ", e.what());
+                log::warn("no usable CUDA device (", e.what(), "): serving on the CPU reference backend");
+            }
+        }
 #else
         OSPREY_CHECK(backend != "cuda", "--backend cuda: this osprey was built without CUDA");
         cuda = false;
