@@ -101,11 +101,15 @@ Bpe::Bpe(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {
     }
 }
 
-std::optional<int32_t> Bpe::rank_of(std::string_view bytes) const {
+uint64_t Bpe::hash_of(std::string_view bytes) { return hash_bytes(bytes); }
+
+std::optional<int32_t> Bpe::rank_of(std::string_view bytes) const { return rank_of(bytes, hash_bytes(bytes)); }
+
+std::optional<int32_t> Bpe::rank_of(std::string_view bytes, uint64_t hash) const {
     if (bytes.size() > max_token_len_ || bytes.empty()) return std::nullopt;
     const uint64_t prefix = prefix_of(bytes);
     const size_t mask = by_bytes_.size() - 1;
-    for (size_t slot = hash_bytes(bytes) & mask;; slot = (slot + 1) & mask) {
+    for (size_t slot = hash & mask;; slot = (slot + 1) & mask) {
         const BytesSlot& s = by_bytes_[slot];
         if (s.rank < 0) return std::nullopt;
         if (s.prefix != prefix || s.len != bytes.size()) continue;
@@ -126,11 +130,15 @@ int32_t Bpe::merged_rank(int32_t a, int32_t b) const {
 }
 
 void Bpe::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+    encode_piece(piece, hash_bytes(piece), out);
+}
+
+void Bpe::encode_piece(std::string_view piece, uint64_t hash, std::vector<int32_t>& out) const {
     if (piece.size() == 1) {
         out.push_back(byte_rank_[uint8_t(piece[0])]);
         return;
     }
-    if (const auto r = rank_of(piece)) {
+    if (const auto r = rank_of(piece, hash)) {
         out.push_back(*r);
         return;
     }

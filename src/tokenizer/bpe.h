@@ -20,11 +20,17 @@ public:
     int n_tokens() const { return int(tokens_.size()); }
     const std::string& bytes_of(int32_t rank) const { return tokens_[size_t(rank)]; }
     std::optional<int32_t> rank_of(std::string_view bytes) const;
+    std::optional<int32_t> rank_of(std::string_view bytes, uint64_t hash) const;  // hash = hash_of(bytes)
+    static uint64_t hash_of(std::string_view bytes);
+    // Starts loading the table slot of a piece whose hash is known, so that a later encode_piece()
+    // finds it in cache (encode looks pieces up a few at a time to hide memory latency).
+    void prefetch(uint64_t hash) const { __builtin_prefetch(&by_bytes_[hash & (by_bytes_.size() - 1)]); }
     // Rank of the concatenation of tokens a and b, or -1 when it is not a token.
     int32_t merged_rank(int32_t a, int32_t b) const;
 
     // Appends the ids of one pre-tokenized piece (non-empty) to out.
     void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+    void encode_piece(std::string_view piece, uint64_t hash, std::vector<int32_t>& out) const;
 
 private:
     void merge_short(std::string_view piece, std::vector<int32_t>& out) const;
