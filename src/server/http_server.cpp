@@ -241,8 +241,13 @@ void HttpServer::on_readable(Connection& c) {
         if (n > 0) {
             c.in.append(buf, size_t(n));
             c.last_activity = Clock::now();
-            // Do not buffer without bound while a job runs: a pipelining client waits for answers.
-            if (c.in.size() > options_.limits.max_header_bytes + options_.limits.max_body_bytes + 65536) break;
+            // A client that sends more than a whole request's worth while its previous one is still
+            // being answered is not pipelining but flooding: drop it rather than buffer without bound.
+            if (c.job && c.in.size() > options_.limits.max_header_bytes + options_.limits.max_body_bytes + 65536) {
+                log::warn("connection ", c.id, ": more than a request's worth of bytes sent ahead; closing it");
+                c.dead = true;
+                return;
+            }
             continue;
         }
         if (n == 0) {
