@@ -261,11 +261,15 @@ public:
         }
     }
     ~ServeProcess() {
-        if (pid_ > 0) {
-            ::kill(pid_, SIGTERM);
-            int status = 0;
-            ::waitpid(pid_, &status, 0);
+        if (pid_ <= 0) return;
+        ::kill(pid_, SIGTERM);
+        int status = 0;
+        for (int i = 0; i < 200; ++i) {  // 10 s to shut down, then SIGKILL
+            if (::waitpid(pid_, &status, WNOHANG) == pid_) return;
+            std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
+        ::kill(pid_, SIGKILL);
+        ::waitpid(pid_, &status, 0);
     }
     const std::string& url() const { return url_; }
     std::string log() const { return slurp(log_); }
