@@ -20,6 +20,7 @@ constexpr int kKeyBits = 32 + kSampleIdBits;             // value bits above id 
 constexpr uint64_t kAllKeys = uint64_t(1) << kKeyBits;   // a `below` bound that admits every key
 constexpr int kChunk = kSampleChunk;
 constexpr int kPerThread = kChunk / kThreads;  // chunk positions per thread in the prefix sum
+constexpr int kSkipBig = 65536, kSkipMid = 8192;  // range sizes a walk skips by mass (broad distributions)
 constexpr uint32_t kIdMask = uint32_t(kSampleMaxVocab - 1);
 constexpr uint32_t kPromptBit = 0x80000000u;  // in the counts scratch: token occurs in the prompt
 static_assert(kBins == 2 * kThreads, "each thread owns two histogram bins in the scan");
@@ -270,11 +271,25 @@ __device__ int gather_chunk(const Row& row, Shared& sh, uint64_t lo, uint64_t be
 // and prefix sums are then still in shared memory.
 enum class Walk { kKeep, kDraw };
 
+// Keys in [lo, below) and the sum of their weights (the mass a walk skips without sorting).
+__device__ void range_mass(const Row& row, Shared& sh, uint64_t lo, uint64_t below, int& count, double& mass) {
+    int c = 0;
+    double m = 0.0;
+    for (int t = threadIdx.x; t < row.vocab; t += kThreads) {
+        const float v = row.value(t);
+        const uint64_t key = make_key(v, t);
+        if (key >= lo && key < below) ++c, m += row.weight(v);
+    }
+    count = block_sum(c, sh.red_i);
+    mass = block_sum(m, sh.scan_d);
+}
+
 __device__ bool walk(const Row& row, Shared& sh, Walk mode, bool top_p, double needed, int& keep, double& kept,
                      double target) {
     int pos = 0;
     double acc = 0.0;
     uint64_t below = kAllKeys;
+    bool skipped = false;
     for (;;) {
         const int rem = keep - pos;  // >= 1
         const int want_min = rem <= kChunk ? rem : kChunk / 4;
@@ -319,6 +334,27 @@ __device__ bool walk(const Row& row, Shared& sh, Walk mode, bool top_p, double n
         pos += n;
         below = lo;
         __syncthreads();
+        if (!skipped) {
+            // The decision lies past the first chunk (a broad distribution): skip whole ranges of up to
+            // kSkipBig, then kSkipMid keys by their count and mass, without sorting them, until the
+            // range that holds the decision; the sorted walk continues from there.
+            skipped = true;
+            for (int level = 0; level < 2; ++level) {
+                const int big = level == 0 ? kSkipBig : kSkipMid;
+                while (keep - pos > big) {
+                    const uint64_t lo_range = select_chunk(row, sh, below, big / 4, big);
+                    int count = 0;
+                    double mass = 0.0;
+                    range_mass(row, sh, lo_range, below, count, mass);
+                    const bool inside = count <= 0 || pos + count >= keep ||
+                                        (mode == Walk::kKeep ? top_p && acc + mass >= needed : acc + mass > target);
+                    if (inside) break;
+                    acc += mass;
+                    pos += count;
+                    below = lo_range;
+                }
+            }
+        }
     }
 }
 

@@ -16,7 +16,9 @@
 //      radix select (10-bit digits, shared-memory histogram, stopping at the first digit where the
 //      chunk size lands in the wanted range) finds the chunk's lower bound, the chunk is gathered into
 //      shared memory and bitonic-sorted, its weights prefix-summed. Real next-token distributions need
-//      one chunk; a flat distribution with a large top_p walks more chunks.
+//      one chunk. When the decision lies past the first chunk (a broad distribution, a large top_k),
+//      the walk first skips whole ranges of up to 65536, then 8192 keys by their count and mass (one
+//      select and one pass each, no sort) and sorts only around the decision.
 //   5. the draw: untruncated rows find the thread range holding u * sum and rescan it in id order (as
 //      the CPU does); truncated rows find the first sorted position whose prefix mass exceeds u * kept.
 // Summation order differs from the CPU's sequential loops (relative differences ~1e-16 in double), so
