@@ -445,7 +445,8 @@ __global__ void __launch_bounds__(kThreads, 1) sample_rows_kernel(const SampleRo
     int n_cand = 0;
     if (finite) {
         int cand = 0;
-        for (int t = seg_begin; t < seg_end; ++t) {
+#pragma unroll 4
+        for (int t = seg_begin; t < seg_end; ++t) {  // the exps overlap, the additions stay in id order
             const float v = row.value(t);
             seg_sum += row.weight(v);
             cand += (v >= min_p_floor && v != -INFINITY) ? 1 : 0;
