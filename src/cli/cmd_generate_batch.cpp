@@ -18,6 +18,13 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     o.max_num_seqs = int(args.get_int("max-num-seqs", std::min<long long>(n, 256)));
     o.page_size = int(args.get_int("page-size", o.page_size));
     OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
+    const std::string prefix_cache = args.get("prefix-cache", "on");
+    OSPREY_CHECK(prefix_cache == "on" || prefix_cache == "off", "--prefix-cache must be on or off, got '",
+                 prefix_cache, "'");
+    o.enable_prefix_caching = prefix_cache == "on";
+    const std::string prompts = args.get("prompts", "shared");
+    OSPREY_CHECK(prompts == "shared" || prompts == "distinct", "--prompts must be shared or distinct, got '", prompts,
+                 "'");
     const double temperature = args.get_double("temperature", 0.0);
     const long long seed = args.get_int("seed", 0);
 
@@ -36,6 +43,8 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
         engine::Request r;
         r.id = str("gen-", i);
         r.prompt = prompt;
+        if (prompts == "distinct")
+            for (int32_t& t : r.prompt) t = int32_t((uint64_t(t) + uint64_t(i)) % uint64_t(vocab));
         r.prompt.push_back(int32_t((uint64_t(i) * 7919u + 17u) % uint64_t(vocab)));
         r.max_new_tokens = max_tokens;
         r.sampling.temperature = float(temperature);
@@ -46,6 +55,9 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     std::vector<double> first_token_s(size_t(n), -1.0);
     std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(n));
     long long n_generated = 0;
+    long long n_before_decode = 0;  // tokens generated until every request had its first token
+    double decode_start_s = -1.0;   // when the last request got its first token
+    long long n_started = 0;
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     int n_errors = 0;
     for (bool more = true; more;) {
@@ -53,7 +65,13 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
         for (size_t i = 0; i < streams.size(); ++i) {
             while (auto e = streams[i]->try_pop()) {
                 if (e->kind == engine::Event::Kind::token) {
-                    if (first_token_s[i] < 0) first_token_s[i] = elapsed();
+                    if (first_token_s[i] < 0) {
+                        first_token_s[i] = elapsed();
+                        if (++n_started == n) {
+                            decode_start_s = first_token_s[i];
+                            n_before_decode = n_generated + 1;
+                        }
+                    }
                     outputs[i].push_back(e->token);
                     ++n_generated;
                 } else if (e->reason == engine::FinishReason::error) {
@@ -78,6 +96,10 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
                 n_generated, wall);
     std::printf("throughput: %.1f generated tokens/s, %.2f requests/s, mean time to first token %.3f s\n",
                 double(n_generated) / wall, double(n) / wall, ttft / double(n));
+    if (decode_start_s >= 0 && wall > decode_start_s)
+        std::printf("decode: %.1f tokens/s over %lld tokens after the last first token (%.1f tokens/s per request)\n",
+                    double(n_generated - n_before_decode) / (wall - decode_start_s), n_generated - n_before_decode,
+                    double(n_generated - n_before_decode) / (wall - decode_start_s) / double(n));
     std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu preemptions\n",
                 (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
                 (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_preemptions);

@@ -75,6 +75,22 @@ TEST(generate_batch, runs_many_requests_and_prints_throughput) {
     EXPECT_EQ(r.output.find(" 0 prefix-hit tokens"), std::string::npos) << "12 prompts share 3 full pages";
 }
 
+TEST(generate_batch, distinct_prompts_without_prefix_cache_share_nothing) {
+    const std::string base = "generate --model " + small_model().string() +
+                             " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33"
+                             " --max-tokens 5 --batch 6 --max-batch-tokens 64 --page-size 8 --ignore-eos";
+    CommandResult r = run(base + " --prompts distinct --prefix-cache on");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(" 0 prefix-hit tokens"), std::string::npos) << "no two prompts share a page\n" << r.output;
+    EXPECT_NE(r.output.find("decode: "), std::string::npos) << r.output;
+    r = run(base + " --prefix-cache off");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find(" 0 prefix-hit tokens"), std::string::npos) << "the cache is off\n" << r.output;
+    r = run(base + " --prefix-cache maybe");
+    EXPECT_EQ(r.status, 1);
+    EXPECT_NE(r.output.find("--prefix-cache must be on or off"), std::string::npos) << r.output;
+}
+
 TEST(generate_batch, bad_options_are_clear_errors) {
     CommandResult r = run("generate --model " + small_model().string() + " --prompt-ids 1,2 --batch 0");
     EXPECT_EQ(r.status, 1);
