@@ -101,6 +101,13 @@ int run_serve(const std::vector<std::string>& argv) {
     OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
                  args.positional().empty() ? "" : args.positional()[0], "'");
     const auto t0 = std::chrono::steady_clock::now();
+    // Block SIGINT / SIGTERM before any thread starts (engine, thread pool, CUDA), so every thread
+    // inherits the mask and only the waiter below receives them: a clean shutdown, not a kill.
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
     server::ServerOptions so;
     OSPREY_CHECK(!(args.has("api-key") && args.has("api-key-file")), "give --api-key or --api-key-file, not both");
@@ -200,12 +207,7 @@ int run_serve(const std::vector<std::string>& argv) {
         ::setrlimit(RLIMIT_NOFILE, &files);
     }
 
-    // SIGINT / SIGTERM stop the loop (a thread waits for them; the handlers stay default elsewhere).
-    sigset_t signals;
-    sigemptyset(&signals);
-    sigaddset(&signals, SIGINT);
-    sigaddset(&signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    // SIGINT / SIGTERM stop the loop: one thread waits for them (blocked everywhere else, see above).
     std::thread waiter([&http, signals] {
         int sig = 0;
         sigwait(&signals, &sig);
