@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "cli/builtin_model.h"
 #include "cli/command.h"
 #include "cli/generate_batch.h"
 #include "core/check.h"
@@ -40,38 +41,6 @@ constexpr const char* kHelp =
     "(continuous batching, paged KV cache sized to --kv-memory-fraction of the backend's budget) and\n"
     "prints the throughput.\n"
     "--device cuda runs the CUDA backend (greedy sampling on the GPU) when osprey was built with it.\n";
-
-fs::path cache_root() {
-    if (const char* env = std::getenv("OSPREY_CACHE"); env && *env) return env;
-    const char* home = std::getenv("HOME");
-    OSPREY_CHECK(home && *home, "neither $OSPREY_CACHE nor $HOME is set: pass --model DIR");
-    return fs::path(home) / ".cache" / "osprey";
-}
-
-// The built-in tiny model, written once (into a temporary folder renamed into place, so a crash or a
-// concurrent first use never leaves a half-written model behind).
-fs::path default_model() {
-    const fs::path dir = cache_root() / "tiny";
-    if (fs::exists(dir / "config.json")) return dir;
-    fs::create_directories(dir.parent_path());
-    const fs::path tmp = dir.parent_path() / ("tiny.tmp-" + std::to_string(::getpid()));
-    fs::remove_all(tmp);
-    model::SyntheticOptions o;
-    o.preset = "tiny";
-    o.seed = 0;
-    o.out = tmp;
-    if (const char* tok = std::getenv("OSPREY_TIKTOKEN_FILE"); tok && *tok && fs::is_regular_file(tok))
-        o.tokenizer_file = tok;
-    std::fprintf(stderr, "writing the built-in tiny model to %s\n", dir.string().c_str());
-    model::write_synthetic_checkpoint(o);
-    std::error_code ec;
-    fs::rename(tmp, dir, ec);
-    if (ec) {  // another process got there first
-        fs::remove_all(tmp);
-        OSPREY_CHECK(fs::exists(dir / "config.json"), "could not create ", dir.string(), ": ", ec.message());
-    }
-    return dir;
-}
 
 std::vector<int32_t> parse_ids(const std::string& text) {
     std::vector<int32_t> ids;
@@ -116,7 +85,7 @@ int run_generate(const std::vector<std::string>& argv) {
     const long long threads = args.get_int("threads", 0);
     OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
 
-    const fs::path dir = args.has("model") ? fs::path(args.get("model")) : default_model();
+    const fs::path dir = args.has("model") ? fs::path(args.get("model")) : cli::builtin_model_dir();
     const std::string device = args.get("device", "cpu");
     OSPREY_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
     std::unique_ptr<model::ModelRunner> runner_owner;
