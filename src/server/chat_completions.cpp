@@ -8,7 +8,7 @@
 #include "server/api_error.h"
 #include "server/chat_output.h"
 #include "server/chat_request.h"
-#include "server/generation_job.h"
+#include "server/choices_job.h"
 #include "server/routes.h"
 
 namespace osprey::server {
@@ -83,13 +83,11 @@ json::Value tool_call_json(const ToolCall& call, int index, bool with_index) {
     return v;
 }
 
-class ChatJob : public GenerationJob {
+class ChatJob : public ChoicesJob {
 public:
     ChatJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, const ChatRequest& r)
-        : GenerationJob(ctx, {std::move(stream)}, r.params.n, r.params.stream),
-          id_(ctx.new_id("chatcmpl-")),
-          created_(unix_time()),
-          include_usage_(r.params.include_usage),
+        : ChoicesJob(ctx, {std::move(stream)}, r.params.n, r.params.stream, r.params.include_usage, "chatcmpl-",
+                     "chat.completion", "chat.completion.chunk"),
           logprobs_(r.params.sampling.logprobs) {
         ChatOutputOptions o;
         o.tool_names = r.tool_names;
@@ -116,15 +114,7 @@ protected:
         c.set("delta", std::move(delta));
         c.set("logprobs", std::move(logprobs));
         c.set("finish_reason", finish_reason);
-        json::Value v;
-        v.set("id", id_);
-        v.set("object", "chat.completion.chunk");
-        v.set("created", created_);
-        v.set("model", ctx_.options.model_name);
-        v.set("system_fingerprint", json::Value());
-        v.set("choices", json::Array{std::move(c)});
-        if (include_usage_) v.set("usage", json::Value());
-        return v;
+        return chunk_envelope(std::move(c), include_usage_);
     }
 
     void emit(int index, const ChatDelta& d, Progress& p) {
@@ -180,32 +170,13 @@ protected:
         p.body += sse(chunk(choice, json::Value(json::Object{}), c.finish_reason, json::Value()));
     }
 
-    int reasoning_tokens() const {
+    int reasoning_tokens() const override {
         int n = 0;
         for (const auto& c : choices_) n += c.output.n_reasoning_tokens();
         return n;
     }
 
-    void on_done(Progress& p) override {
-        const json::Value usage = usage_json(prompt_tokens_, completion_tokens_, cached_tokens_, reasoning_tokens());
-        if (streaming_) {
-            if (include_usage_) {
-                json::Value v;
-                v.set("id", id_);
-                v.set("object", "chat.completion.chunk");
-                v.set("created", created_);
-                v.set("model", ctx_.options.model_name);
-                v.set("choices", json::Array{});
-                v.set("usage", usage);
-                p.body += sse(v);
-            }
-            p.body += "data: [DONE]\n\n";
-            return;
-        }
-        if (!error_.empty()) {
-            p.response = error_response(ApiError(500, "generation failed: " + error_));
-            return;
-        }
+    json::Array final_choices() override {
         json::Array choices;
         for (size_t i = 0; i < choices_.size(); ++i) {
             Choice& c = choices_[i];
@@ -235,24 +206,12 @@ protected:
             choice.set("finish_reason", c.finish_reason);
             choices.push_back(std::move(choice));
         }
-        json::Value v;
-        v.set("id", id_);
-        v.set("object", "chat.completion");
-        v.set("created", created_);
-        v.set("model", ctx_.options.model_name);
-        v.set("system_fingerprint", json::Value());
-        v.set("choices", std::move(choices));
-        v.set("usage", usage);
-        p.response = HttpResponse::json(200, v.dump());
+        return choices;
     }
 
 private:
-    const std::string id_;
-    const int64_t created_;
-    const bool include_usage_;
     const bool logprobs_;
     std::vector<Choice> choices_;
-    std::string error_;
 };
 
 }  // namespace

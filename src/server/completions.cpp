@@ -3,7 +3,7 @@
 // unless "ignore_eos" (a vLLM extension) is set.
 #include "core/log.h"
 #include "server/api_error.h"
-#include "server/generation_job.h"
+#include "server/choices_job.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
 #include "server/stop_strings.h"
@@ -73,14 +73,12 @@ std::vector<Prompt> parse_prompts(const json::Value* prompt, const ServerContext
     return out;
 }
 
-class CompletionJob : public GenerationJob {
+class CompletionJob : public ChoicesJob {
 public:
     CompletionJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams,
                   const GenerationParams& params, std::vector<Prompt> prompts)
-        : GenerationJob(ctx, std::move(streams), params.n, params.stream),
-          id_(ctx.new_id("cmpl-")),
-          created_(unix_time()),
-          include_usage_(params.include_usage),
+        : ChoicesJob(ctx, std::move(streams), params.n, params.stream, params.include_usage, "cmpl-",
+                     "text_completion", "text_completion"),
           logprobs_(params.sampling.logprobs) {
         for (size_t i = 0; i < prompts.size(); ++i) {
             for (int s = 0; s < params.n; ++s) {
@@ -110,14 +108,7 @@ private:
         c.set("text", text);
         c.set("logprobs", std::move(logprobs));
         c.set("finish_reason", finish_reason);
-        json::Value v;
-        v.set("id", id_);
-        v.set("object", "text_completion");
-        v.set("created", created_);
-        v.set("model", ctx_.options.model_name);
-        v.set("system_fingerprint", json::Value());
-        v.set("choices", json::Array{std::move(c)});
-        return v;
+        return chunk_envelope(std::move(c), false);
     }
 
     void add_logprob(Choice& c, const engine::Event& e) {
@@ -188,26 +179,7 @@ private:
         }
     }
 
-    void on_done(Progress& p) override {
-        const json::Value usage = usage_json(prompt_tokens_, completion_tokens_, cached_tokens_, 0);
-        if (streaming_) {
-            if (include_usage_) {
-                json::Value v;
-                v.set("id", id_);
-                v.set("object", "text_completion");
-                v.set("created", created_);
-                v.set("model", ctx_.options.model_name);
-                v.set("choices", json::Array{});
-                v.set("usage", usage);
-                p.body += sse(v);
-            }
-            p.body += "data: [DONE]\n\n";
-            return;
-        }
-        if (!error_.empty()) {
-            p.response = error_response(ApiError(500, "generation failed: " + error_));
-            return;
-        }
+    json::Array final_choices() override {
         json::Array choices;
         for (size_t i = 0; i < choices_.size(); ++i) {
             json::Value c;
@@ -217,23 +189,11 @@ private:
             c.set("finish_reason", choices_[i].finish_reason);
             choices.push_back(std::move(c));
         }
-        json::Value v;
-        v.set("id", id_);
-        v.set("object", "text_completion");
-        v.set("created", created_);
-        v.set("model", ctx_.options.model_name);
-        v.set("system_fingerprint", json::Value());
-        v.set("choices", std::move(choices));
-        v.set("usage", usage);
-        p.response = HttpResponse::json(200, v.dump());
+        return choices;
     }
 
-    const std::string id_;
-    const int64_t created_;
-    const bool include_usage_;
     const bool logprobs_;
     std::vector<Choice> choices_;
-    std::string error_;
 };
 
 }  // namespace
