@@ -112,32 +112,6 @@ std::string format_float(double d) {
     return out;
 }
 
-void append_serde_string(std::string& out, std::string_view s) {
-    static const char* kHex = "0123456789abcdef";
-    out += '"';
-    for (char ch : s) {
-        const auto c = uint8_t(ch);
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) {
-                    out += "\\u00";
-                    out += kHex[c >> 4];
-                    out += kHex[c & 15];
-                } else {
-                    out += ch;
-                }
-        }
-    }
-    out += '"';
-}
-
 void append_serde_json(std::string& out, const Value& v) {
     switch (v.type()) {
         case json::Type::null: out += "null"; break;
@@ -146,7 +120,9 @@ void append_serde_json(std::string& out, const Value& v) {
             if (v.is_integer() && !v.is_float()) out += std::to_string(v.as_int());
             else out += format_float(serde_reparse(v.as_double()));
             break;
-        case json::Type::string: append_serde_string(out, v.as_string()); break;
+        // serde_json escapes strings as core/json does (\" \\ \b \f \n \r \t, other controls as
+        // \u00xx, the rest as is); strings here come from the strict parser, so are valid UTF-8.
+        case json::Type::string: json::append_quoted(out, v.as_string()); break;
         case json::Type::array: {
             out += '[';
             bool first = true;
@@ -164,7 +140,7 @@ void append_serde_json(std::string& out, const Value& v) {
             for (const auto& [k, e] : v.as_object()) {
                 if (!first) out += ',';
                 first = false;
-                append_serde_string(out, k);
+                json::append_quoted(out, k);
                 out += ':';
                 append_serde_json(out, e);
             }
