@@ -71,6 +71,21 @@ json::Value usage_json(int prompt_tokens, int completion_tokens, int cached_toke
 
 namespace {
 
+// A call's first streamed piece names it (arguments ""); the next ones carry only arguments.
+json::Value tool_call_delta_json(const ToolCallDelta& piece) {
+    json::Value v;
+    v.set("index", piece.index);
+    json::Value fn;
+    if (!piece.id.empty()) {
+        v.set("id", piece.id);
+        v.set("type", "function");
+        fn.set("name", piece.name);
+    }
+    fn.set("arguments", piece.arguments);
+    v.set("function", fn);
+    return v;
+}
+
 json::Value tool_call_json(const ToolCall& call, int index, bool with_index) {
     json::Value v;
     if (with_index) v.set("index", index);
@@ -104,7 +119,6 @@ protected:
         ChatOutput output;
         json::Array logprobs;     // all of it (non-streaming) or this poll's (streaming)
         bool role_sent = false;
-        int n_tool_calls_sent = 0;
         std::string finish_reason;
     };
 
@@ -130,9 +144,9 @@ protected:
             delta.set("reasoning", d.reasoning);
         }
         if (!d.content.empty()) delta.set("content", d.content);
-        if (!d.tool_calls.empty()) {
+        if (!d.call_deltas.empty()) {  // streamed in pieces; d.tool_calls holds the same calls whole
             json::Array calls;
-            for (const auto& call : d.tool_calls) calls.push_back(tool_call_json(call, c.n_tool_calls_sent++, true));
+            for (const auto& piece : d.call_deltas) calls.push_back(tool_call_delta_json(piece));
             delta.set("tool_calls", std::move(calls));
         }
         json::Value logprobs;

@@ -56,10 +56,20 @@ void ChatOutput::handle(const harmony::Event& e, ChatDelta& d) {
         case EventKind::message_start:
             kind_ = classify(e.message);
             streamed_.clear();
+            if (kind_ == Kind::tool_call) {
+                call_ = OpenCall();
+                call_.open = true;
+                call_.index = n_calls_started_++;
+                call_.id = new_call_id();
+                d.call_deltas.push_back({call_.index, call_.id, e.message.recipient->substr(10), ""});
+            }
             break;
         case EventKind::content_delta:
             streamed_ += e.text;
-            if (kind_ == Kind::reasoning) {
+            if (kind_ == Kind::tool_call && call_.open) {
+                if (call_.viable) call_.viable = call_.prefix.push(e.text) == e.text.size();
+                stream_arguments(d);
+            } else if (kind_ == Kind::reasoning) {
                 d.reasoning += e.text;
                 reasoning_ += e.text;
             } else if (kind_ == Kind::content) {
@@ -75,20 +85,8 @@ void ChatOutput::handle(const harmony::Event& e, ChatDelta& d) {
             std::string rest = full.size() > streamed_.size() && full.compare(0, streamed_.size(), streamed_) == 0
                                    ? full.substr(streamed_.size())
                                    : std::string();
-            streamed_.clear();
             if (kind == Kind::tool_call) {
-                std::string args = full;
-                while (!args.empty() && std::isspace(static_cast<unsigned char>(args.back()))) args.pop_back();
-                if (args.find_first_not_of(" \t\r\n") == std::string::npos) args = "{}";
-                if (is_json(args)) {
-                    ToolCall call{new_call_id(), e.message.recipient->substr(10), args};
-                    d.tool_calls.push_back(call);
-                    tool_calls_.push_back(std::move(call));
-                } else {
-                    const std::string shown = stops_.push(full);
-                    d.content += shown;
-                    content_ += shown;
-                }
+                end_call(e.message, d);
             } else if (!rest.empty() && kind == Kind::reasoning) {
                 d.reasoning += rest;
                 reasoning_ += rest;
@@ -97,11 +95,55 @@ void ChatOutput::handle(const harmony::Event& e, ChatDelta& d) {
                 d.content += shown;
                 content_ += shown;
             }
+            streamed_.clear();
             break;
         }
         case EventKind::tool_call:
             break;  // handled at message_end (arguments checked there)
     }
+}
+
+// Sends the arguments received since the last piece, up to the last non-whitespace byte (trailing
+// whitespace is trimmed from the final arguments, so it waits for what follows), while they are a
+// viable JSON prefix.
+void ChatOutput::stream_arguments(ChatDelta& d) {
+    if (!call_.viable) return;
+    const size_t last = streamed_.find_last_not_of(" \t\r\n");
+    const size_t end = last == std::string::npos ? 0 : last + 1;
+    if (end <= call_.sent) return;
+    d.call_deltas.push_back({call_.index, "", "", streamed_.substr(call_.sent, end - call_.sent)});
+    call_.sent = end;
+}
+
+// The call message ended: a complete call when its arguments are JSON (the rest of them sent as a
+// last piece), else its text becomes content and the streamed call is left incomplete.
+void ChatOutput::end_call(const harmony::Message& m, ChatDelta& d) {
+    const std::string full = m.text();
+    const std::string name = m.recipient->substr(10);
+    std::string args = full;
+    while (!args.empty() && std::isspace(static_cast<unsigned char>(args.back()))) args.pop_back();
+    if (args.find_first_not_of(" \t\r\n") == std::string::npos) args = "{}";
+    if (!is_json(args)) {
+        call_cut_ = true;
+        const std::string shown = stops_.push(full);
+        d.content += shown;
+        content_ += shown;
+        call_ = OpenCall();
+        return;
+    }
+    // The pieces sent so far must be a prefix of the arguments; otherwise (a message recovered by
+    // the parser without its deltas) the call is sent whole under a new index.
+    if (!call_.open || args.compare(0, call_.sent, streamed_, 0, call_.sent) != 0) {
+        call_ = OpenCall();
+        call_.index = n_calls_started_++;
+        call_.id = new_call_id();
+        d.call_deltas.push_back({call_.index, call_.id, name, ""});
+    }
+    if (args.size() > call_.sent) d.call_deltas.push_back({call_.index, "", "", args.substr(call_.sent)});
+    ToolCall call{call_.id, name, args};
+    d.tool_calls.push_back(call);
+    tool_calls_.push_back(std::move(call));
+    call_ = OpenCall();
 }
 
 ChatDelta ChatOutput::push(int32_t token) {
@@ -128,6 +170,8 @@ ChatDelta ChatOutput::finish(int32_t stop_token) {
 }
 
 std::string ChatOutput::finish_reason(engine::FinishReason reason) const {
+    // A call cut by the length limit is not complete: the answer was cut (OpenAI says "length" too).
+    if (call_cut_ && reason == engine::FinishReason::length) return "length";
     if (!tool_calls_.empty()) return "tool_calls";
     if (stopped()) return "stop";
     switch (reason) {

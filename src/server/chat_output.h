@@ -1,9 +1,14 @@
 // The Harmony front end's output side: one sample's generated tokens -> the chat API's deltas,
 // through harmony::StreamParser (which never throws, whatever the model emits). The analysis channel
 // becomes reasoning, final (and commentary without a recipient: preambles) becomes content, and an
-// assistant message to functions.<name> becomes a tool call, reported when the call message ends
-// with its arguments checked to be JSON (a call whose arguments are not JSON is reported as content,
-// so clients never get malformed arguments). Stop strings apply to the content.
+// assistant message to functions.<name> becomes a tool call. A call is reported twice over: as
+// streaming pieces (ChatDelta::call_deltas: the first names the call, the next ones carry the
+// arguments while the text so far is still a viable JSON prefix, see json_prefix.h, trailing
+// whitespace held back) and, when the call message ends with arguments that parse as JSON, as one
+// complete ToolCall (ChatDelta::tool_calls) whose arguments equal the concatenated pieces. A call
+// whose arguments end up not JSON (malformed, or cut by the length limit) is never completed: its
+// pieces stop at the last viable prefix, and its whole text is reported as content, as in the
+// non-streaming answer. Stop strings apply to the content.
 // Tests: tests/server/test_chat_output.cpp (scripted token sequences).
 #pragma once
 
@@ -13,6 +18,7 @@
 
 #include "engine/request.h"
 #include "harmony/stream_parser.h"
+#include "server/json_prefix.h"
 #include "server/stop_strings.h"
 
 namespace osprey::tok {
@@ -27,11 +33,20 @@ struct ToolCall {
     std::string arguments;  // JSON text
 };
 
+// One streaming piece of a tool call (OpenAI's delta.tool_calls[i]).
+struct ToolCallDelta {
+    int index = 0;          // the call's position among this sample's calls
+    std::string id;         // the call's first piece only (with name; arguments "")
+    std::string name;
+    std::string arguments;  // the next piece of the arguments
+};
+
 struct ChatDelta {
     std::string reasoning;
     std::string content;
-    std::vector<ToolCall> tool_calls;  // complete calls
-    bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+    std::vector<ToolCall> tool_calls;         // complete calls (arguments are JSON)
+    std::vector<ToolCallDelta> call_deltas;   // the same calls, streamed in pieces
+    bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty() && call_deltas.empty(); }
 };
 
 struct ChatOutputOptions {
@@ -66,6 +81,8 @@ private:
     enum class Kind { none, reasoning, content, tool_call };
     Kind classify(const harmony::Message& header) const;
     void handle(const harmony::Event& e, ChatDelta& d);
+    void stream_arguments(ChatDelta& d);
+    void end_call(const harmony::Message& m, ChatDelta& d);
 
     ChatOutputOptions options_;
     harmony::StreamParser parser_;
@@ -74,6 +91,18 @@ private:
     std::string streamed_;            // content streamed for the current message
     std::string reasoning_, content_;
     std::vector<ToolCall> tool_calls_;
+    // The tool call being streamed (Kind::tool_call message).
+    struct OpenCall {
+        bool open = false;
+        int index = 0;
+        std::string id;
+        JsonPrefix prefix;
+        bool viable = true;  // streamed_ is still a viable JSON prefix
+        size_t sent = 0;     // bytes of streamed_ sent as argument pieces
+    };
+    OpenCall call_;
+    int n_calls_started_ = 0;
+    bool call_cut_ = false;  // a call ended without valid arguments
     int n_reasoning_tokens_ = 0;
     bool finished_ = false;
 };

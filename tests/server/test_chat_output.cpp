@@ -2,11 +2,13 @@
 // client sees for reasoning, answers, tool calls, stop strings and malformed model output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/json.h"
 #include "harmony/special_tokens.h"
 #include "server/chat_output.h"
+#include "server/json_prefix.h"
 #include "server/stop_strings.h"
 #include "server_test_util.h"
 
@@ -19,11 +21,28 @@ using test::harmony_tokenizer;
 // would: a trailing <|return|> / <|call|> is the stop token given to finish(), not a token.
 struct OutputRun {
     ChatDelta all;
+    std::vector<ToolCall> streamed;  // the call pieces accumulated as an OpenAI client does, by index
+    std::vector<int> n_pieces;       // argument pieces per streamed call
     std::vector<ChatDelta> deltas;
     std::string finish_reason;
     int n_reasoning_tokens = 0;
     bool stopped = false;
 };
+
+void accumulate(OutputRun& r, const ToolCallDelta& piece) {
+    if (!piece.id.empty()) {  // a new call: the next index, arguments ""
+        EXPECT_EQ(piece.index, int(r.streamed.size()));
+        EXPECT_EQ(piece.arguments, "");
+        r.streamed.push_back({piece.id, piece.name, ""});
+        r.n_pieces.push_back(0);
+        return;
+    }
+    ASSERT_GE(piece.index, 0);
+    ASSERT_LT(piece.index, int(r.streamed.size()));
+    EXPECT_FALSE(piece.arguments.empty());
+    r.streamed[size_t(piece.index)].arguments += piece.arguments;
+    ++r.n_pieces[size_t(piece.index)];
+}
 
 OutputRun run(const std::string& text, ChatOutputOptions options = {}, engine::FinishReason reason = engine::FinishReason::stop) {
     std::vector<int32_t> ids = harmony_tokenizer().encode(text, tok::Specials::allowed);
@@ -38,6 +57,7 @@ OutputRun run(const std::string& text, ChatOutputOptions options = {}, engine::F
         r.all.reasoning += d.reasoning;
         r.all.content += d.content;
         for (auto& c : d.tool_calls) r.all.tool_calls.push_back(c);
+        for (const ToolCallDelta& piece : d.call_deltas) accumulate(r, piece);
         if (!d.empty()) r.deltas.push_back(std::move(d));
     };
     for (int32_t id : ids) {
@@ -50,6 +70,20 @@ OutputRun run(const std::string& text, ChatOutputOptions options = {}, engine::F
     r.stopped = out.stopped();
     EXPECT_EQ(r.all.reasoning, out.reasoning());
     EXPECT_EQ(r.all.content, out.content());
+    // Every complete call was streamed under its id with the same arguments; every streamed call's
+    // arguments are a viable JSON prefix at least.
+    for (const ToolCall& call : r.all.tool_calls) {
+        const auto it = std::find_if(r.streamed.begin(), r.streamed.end(), [&](const ToolCall& s) { return s.id == call.id; });
+        EXPECT_TRUE(it != r.streamed.end()) << call.id;
+        if (it != r.streamed.end()) {
+            EXPECT_EQ(it->name, call.name);
+            EXPECT_EQ(it->arguments, call.arguments);
+        }
+    }
+    for (const ToolCall& s : r.streamed) {
+        JsonPrefix p;
+        EXPECT_EQ(p.push(s.arguments), s.arguments.size()) << s.arguments;
+    }
     return r;
 }
 
@@ -105,6 +139,71 @@ TEST(ChatOutput, ArgumentsThatAreNotJsonAreReportedAsContent) {
     EXPECT_EQ(r.finish_reason, "stop");
 }
 
+TEST(ChatOutput, CallArgumentsAreStreamedInPiecesThatAddUpToTheCall) {
+    ChatOutputOptions o;
+    o.tool_names = {"get_weather"};
+    const OutputRun r = run(
+        "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant to=functions.get_weather<|channel|>"
+        "commentary <|constrain|>json<|message|>{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": [1, 2, 3]}  "
+        "<|call|>",
+        o);
+    ASSERT_EQ(r.all.tool_calls.size(), 1u);
+    ASSERT_EQ(r.streamed.size(), 1u);
+    EXPECT_EQ(r.streamed[0].id, r.all.tool_calls[0].id);
+    EXPECT_EQ(r.streamed[0].name, "get_weather");
+    EXPECT_EQ(r.streamed[0].arguments, "{\"city\": \"Paris\", \"unit\": \"celsius\", \"days\": [1, 2, 3]}");
+    EXPECT_EQ(r.streamed[0].arguments, r.all.tool_calls[0].arguments);
+    EXPECT_GE(r.n_pieces[0], 5);  // token by token, not in one piece at the end
+    EXPECT_NO_THROW(json::parse(r.streamed[0].arguments));
+    EXPECT_EQ(r.all.content, "Checking.");
+    EXPECT_EQ(r.finish_reason, "tool_calls");
+    // The call's first piece comes before the call message ends.
+    size_t first = 0;
+    while (first < r.deltas.size() && r.deltas[first].call_deltas.empty()) ++first;
+    ASSERT_LT(first, r.deltas.size());
+    EXPECT_TRUE(r.deltas[first].tool_calls.empty());
+}
+
+TEST(ChatOutput, CallThatTurnsInvalidStopsStreamingAndBecomesContent) {
+    const OutputRun r = run(
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"city\": Paris, \"x\": 1}<|call|>");
+    EXPECT_TRUE(r.all.tool_calls.empty());
+    ASSERT_EQ(r.streamed.size(), 1u);
+    EXPECT_EQ(r.streamed[0].arguments, "{\"city\":");  // the viable prefix; nothing after 'P'
+    EXPECT_EQ(r.all.content, "{\"city\": Paris, \"x\": 1}");  // as the non-streaming answer
+    EXPECT_EQ(r.finish_reason, "stop");
+}
+
+TEST(ChatOutput, CallCutByLengthIsIncompleteWithFinishReasonLength) {
+    ChatOutputOptions o;
+    o.tool_names = {"f"};
+    const OutputRun r = run("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"q\": \"long ans",
+                            o, engine::FinishReason::length);
+    EXPECT_TRUE(r.all.tool_calls.empty());
+    ASSERT_EQ(r.streamed.size(), 1u);
+    EXPECT_EQ(r.streamed[0].arguments, "{\"q\": \"long ans");
+    EXPECT_EQ(r.all.content, "{\"q\": \"long ans");
+    EXPECT_EQ(r.finish_reason, "length");
+}
+
+TEST(ChatOutput, TwoCallsInOneAnswerGetIndexesZeroAndOne) {
+    ChatOutputOptions o;
+    o.tool_names = {"get_weather", "get_time"};
+    const OutputRun r = run(
+        "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": "
+        "\"CET\"}<|call|>",
+        o);
+    ASSERT_EQ(r.all.tool_calls.size(), 2u);
+    ASSERT_EQ(r.streamed.size(), 2u);  // accumulate() checked the indexes are 0 then 1
+    EXPECT_EQ(r.streamed[0].name, "get_weather");
+    EXPECT_EQ(r.streamed[0].arguments, "{\"city\": \"Paris\"}");
+    EXPECT_EQ(r.streamed[1].name, "get_time");
+    EXPECT_EQ(r.streamed[1].arguments, "{\"tz\": \"CET\"}");
+    EXPECT_NE(r.streamed[0].id, r.streamed[1].id);
+    EXPECT_EQ(r.finish_reason, "tool_calls");
+}
+
 TEST(ChatOutput, ToolChoiceNoneReportsCallsAsContent) {
     ChatOutputOptions o;
     o.tools_enabled = false;
@@ -143,12 +242,21 @@ TEST(ChatOutput, RandomTokensNeverThrowAndStayValidUtf8) {
         o.stop = {"ab"};
         ChatOutput out(harmony_tokenizer(), o);
         std::string all;
+        std::vector<std::string> streamed;
         for (int i = 0; i < 60; ++i) {
             const int32_t id = rng() % 3 == 0 ? specials[rng() % 7] : int32_t(rng() % uint32_t(vocab + 10));
             ChatDelta d;
             ASSERT_NO_THROW(d = out.push(id));
             all += d.content + d.reasoning;
             for (const auto& c : d.tool_calls) ASSERT_NO_THROW(json::parse(c.arguments));
+            for (const auto& piece : d.call_deltas) {
+                if (!piece.id.empty()) streamed.emplace_back();
+                ASSERT_FALSE(streamed.empty());
+                ASSERT_EQ(piece.index, int(streamed.size()) - 1);  // pieces of the call being generated
+                streamed.back() += piece.arguments;
+                JsonPrefix p;
+                EXPECT_EQ(p.push(streamed.back()), streamed.back().size());
+            }
         }
         ChatDelta d;
         ASSERT_NO_THROW(d = out.finish(harmony::kCall));

@@ -340,6 +340,31 @@ class ScriptedToolCalls(unittest.TestCase):
                 finish = ch.finish_reason or finish
         self.assertEqual((name, json.loads(args), reasoning, finish),
                          ("get_weather", {"city": "Paris"}, "Need the weather.", "tool_calls"))
+        # The arguments are streamed in pieces, OpenAI style (the first delta names the call with
+        # arguments "", the next ones carry only arguments), and the openai client's own accumulator
+        # rebuilds exactly the non-streaming call.
+        from openai.lib.streaming.chat import ChatCompletionStreamState
+        state = ChatCompletionStreamState(input_tools=[WEATHER_TOOL])
+        pieces = []
+        for chunk in self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL],
+                                                         stream=True):
+            state.handle_chunk(chunk)
+            for ch in chunk.choices:
+                pieces += ch.delta.tool_calls or []
+        self.assertGreater(len(pieces), 3)
+        self.assertEqual((pieces[0].index, pieces[0].type, pieces[0].function.name, pieces[0].function.arguments),
+                         (0, "function", "get_weather", ""))
+        self.assertTrue(pieces[0].id.startswith("call_"))
+        for p in pieces[1:]:
+            self.assertEqual((p.index, p.id, p.function.name), (0, None, None))
+            self.assertTrue(p.function.arguments)
+        final = state.get_final_completion().choices[0]
+        self.assertEqual(final.finish_reason, "tool_calls")
+        self.assertEqual(len(final.message.tool_calls), 1)
+        streamed = final.message.tool_calls[0]
+        self.assertEqual((streamed.type, streamed.function.name, streamed.function.arguments),
+                         (call.type, call.function.name, call.function.arguments))
+        self.assertEqual(json.loads(streamed.function.arguments), {"city": "Paris"})
         # Send the call and its result back: accepted, and the prompt grows.
         messages2 = messages + [c.message.model_dump(exclude_none=True),
                                 {"role": "tool", "tool_call_id": call.id, "content": "{\"temp\": 20}"}]
