@@ -1,8 +1,6 @@
 // `osprey bench`: prefill and decode benchmarks of a model backend, a load generator for an
 // OpenAI-compatible server, and charts of the results. Each run writes PREFIX.json and PREFIX.md
 // (the run's layout, model, weight format, device, commit and date, then the results).
-#include <sys/stat.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -18,7 +16,7 @@
 #include "benchtool/report.h"
 #include "benchtool/run_info.h"
 #include "benchtool/serve_bench.h"
-#include "cli/builtin_model.h"
+#include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "model/gpt_oss_ref.h"
@@ -101,11 +99,6 @@ double price_flag(const cli::Args& a) {
     return p;
 }
 
-bool have_gpu() {
-    struct stat st{};
-    return ::stat("/dev/nvidia0", &st) == 0;
-}
-
 std::string model_summary(const model::Config& c) {
     std::string shape = c.n_layers == 24 && c.n_experts == 32   ? "gpt-oss-20b shape"
                         : c.n_layers == 36 && c.n_experts == 128 ? "gpt-oss-120b shape"
@@ -127,17 +120,15 @@ Backend open_backend(const cli::Args& a, const std::string& command, int max_tok
     b.info.layout = layout_flags(a);
     b.info.layout.check_runnable();
     b.info.price_per_gpu_hour = price_flag(a);
-    const std::string backend = a.get("backend", "auto");
-    OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
-                 backend, "'");
+    const std::string backend = cli::backend_flag(a);
     const int threads = int_flag(a, "threads", 0, 0, 1024);
-    const fs::path dir = a.has("model") ? fs::path(a.get("model")) : cli::builtin_model_dir();
+    const fs::path dir = cli::model_dir_flag(a);
     b.weights = model::Weights::load(dir);
     const model::Config c = b.weights->config;
     b.info.checkpoint = fs::absolute(dir).lexically_normal().string();
     b.info.checkpoint_layout = model::layout_name(b.weights->layout);
     b.info.model = model_summary(c);
-    [[maybe_unused]] const bool cuda = backend == "cuda" || (backend == "auto" && have_gpu());
+    [[maybe_unused]] const bool cuda = cli::wants_cuda(backend);
 #ifdef OSPREY_HAVE_CUDA
     if (cuda) {
         b.runner = std::make_unique<model::CudaRunner>(

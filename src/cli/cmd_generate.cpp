@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "cli/builtin_model.h"
+#include "cli/backend.h"
 #include "cli/command.h"
 #include "cli/generate_batch.h"
 #include "core/check.h"
@@ -85,7 +85,7 @@ int run_generate(const std::vector<std::string>& argv) {
     const long long threads = args.get_int("threads", 0);
     OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
 
-    const fs::path dir = args.has("model") ? fs::path(args.get("model")) : cli::builtin_model_dir();
+    const fs::path dir = cli::model_dir_flag(args);
     const std::string device = args.get("device", "cpu");
     OSPREY_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
     std::unique_ptr<model::ModelRunner> runner_owner;

@@ -3,7 +3,6 @@
 // it serves the built-in tiny model, created on first use like `osprey generate` does.
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -14,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "cli/builtin_model.h"
+#include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "core/log.h"
@@ -83,11 +82,6 @@ int positive_flag(const cli::Args& args, const char* name, long long fallback, l
     return int(v);
 }
 
-bool have_gpu() {
-    struct stat st{};
-    return ::stat("/dev/nvidia0", &st) == 0;
-}
-
 int run_serve(const std::vector<std::string>& argv) {
     const cli::Args args(argv,
                          {"model", "host", "port", "api-key", "api-key-file", "served-model-name", "max-model-len",
@@ -133,9 +127,7 @@ int run_serve(const std::vector<std::string>& argv) {
     const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
     OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ", max_body);
     so.default_max_tokens = positive_flag(args, "default-max-tokens", 0, 1 << 30);
-    const std::string backend = args.get("backend", "auto");
-    OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
-                 backend, "'");
+    const std::string backend = cli::backend_flag(args);
 
     // The model and its tokenizer.
     const char* script = std::getenv("OSPREY_TEST_SCRIPT");
@@ -168,7 +160,7 @@ int run_serve(const std::vector<std::string>& argv) {
         const model::Config c = weights->config;
         loaded = str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
                      c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights->total_bytes() / (1 << 20), " MiB)");
-        [[maybe_unused]] bool cuda = backend == "cuda" || (backend == "auto" && have_gpu());
+        [[maybe_unused]] bool cuda = cli::wants_cuda(backend);
 #ifdef OSPREY_HAVE_CUDA
         if (cuda) {
             try {
