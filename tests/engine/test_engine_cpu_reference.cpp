@@ -13,27 +13,18 @@
 #include "engine_test_util.h"
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
+#include "model/test_reference_util.h"
 
 using namespace osprey;
 using namespace osprey::engine;
 
 namespace {
 
+// The CPU-reference tests' small model (4 layers, two of them sliding: prefix hits replay 2 * 15
+// tokens; window 16), with 4096 positions.
 model::Config small_config() {
-    model::Config c;
-    c.n_layers = 4;  // two sliding layers: prefix hits replay 2 * 15 tokens
-    c.d_model = 64;
-    c.n_heads = 8;
-    c.n_kv_heads = 2;
-    c.head_dim = 64;
-    c.n_experts = 8;
-    c.top_k = 4;
-    c.d_ff = 64;
-    c.vocab_size = 512;
-    c.sliding_window = 16;
+    model::Config c = model::test::small_config();
     c.max_position = 4096;
-    c.eos_token_id = 1;
-    c.pad_token_id = 0;
     return c;
 }
 
