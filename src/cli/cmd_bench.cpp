@@ -64,16 +64,10 @@ std::vector<int> parse_int_list(const std::string& flag, const std::string& text
     std::stringstream ss(text);
     std::string item;
     while (std::getline(ss, item, ',')) {
-        size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        OSPREY_CHECK(!item.empty() && used == item.size() && v >= 1 && v <= (1 << 24), "--", flag, ": '", item,
+        const std::optional<long long> v = cli::parse_integer(item);
+        OSPREY_CHECK(v && *v >= 1 && *v <= (1 << 24), "--", flag, ": '", item,
                      "' is not a positive integer (expected a list like 1,2,4)");
-        out.push_back(int(v));
+        out.push_back(int(*v));
     }
     OSPREY_CHECK(!out.empty(), "--", flag, " is empty");
     return out;

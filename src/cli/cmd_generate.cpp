@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -50,16 +51,10 @@ std::vector<int32_t> parse_ids(const std::string& text) {
         std::string item = text.substr(pos, comma - pos);
         while (!item.empty() && item.front() == ' ') item.erase(item.begin());
         while (!item.empty() && item.back() == ' ') item.pop_back();
-        size_t used = 0;
-        long long v = -1;
-        try {
-            v = std::stoll(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        OSPREY_CHECK(!item.empty() && used == item.size() && v >= 0 && v <= INT32_MAX,
+        const std::optional<long long> v = cli::parse_integer(item);
+        OSPREY_CHECK(v && *v >= 0 && *v <= INT32_MAX,
                      "--prompt-ids: '", item, "' (item ", ids.size() + 1, ") is not a token id");
-        ids.push_back(int32_t(v));
+        ids.push_back(int32_t(*v));
         pos = comma + 1;
     }
     return ids;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,10 @@ bool register_command(Command c);
 // The whole input of a command that reads one FILE argument: the file, or standard input when
 // `positional` is empty or "-". Throws osprey::Error naming an unreadable file or extra arguments.
 std::string read_file_or_stdin(const std::vector<std::string>& positional);
+
+// `text` as a whole base-10 integer in std::stoll's syntax (leading spaces and a sign allowed), or
+// nullopt when it is empty, has anything after the number, or is out of range.
+std::optional<long long> parse_integer(const std::string& text);
 
 // A small flag parser: --name value, --name=value and boolean --flag. Unknown flags are errors
 // naming the flag. Positional arguments are kept in order.

@@ -76,18 +76,24 @@ std::string Args::get(std::string_view flag, std::string_view fallback) const {
     return std::string(fallback);
 }
 
-long long Args::get_int(std::string_view flag, long long fallback) const {
-    if (!has(flag)) return fallback;
-    const std::string v = get(flag);
+std::optional<long long> parse_integer(const std::string& text) {
     size_t used = 0;
     long long x = 0;
     try {
-        x = std::stoll(v, &used);
+        x = std::stoll(text, &used);
     } catch (const std::exception&) {
-        used = 0;
+        return std::nullopt;
     }
-    OSPREY_CHECK(used == v.size() && !v.empty(), "--", flag, " expects an integer, got '", v, "'");
+    if (used != text.size()) return std::nullopt;
     return x;
+}
+
+long long Args::get_int(std::string_view flag, long long fallback) const {
+    if (!has(flag)) return fallback;
+    const std::string v = get(flag);
+    const std::optional<long long> x = parse_integer(v);
+    OSPREY_CHECK(x.has_value(), "--", flag, " expects an integer, got '", v, "'");
+    return *x;
 }
 
 double Args::get_double(std::string_view flag, double fallback) const {
