@@ -1,0 +1,16 @@
+// Checks a ForwardBatch against the model and the KV layout before a backend runs it: slices cover
+// the tokens in order, positions are within the model's range, every slice has the pages its
+// positions need and a window slot of its own, and every token id is in the vocabulary. Both
+// backends call it, so a malformed batch gets the same error whichever runs it.
+#pragma once
+
+#include "model/config.h"
+#include "model/forward_batch.h"
+#include "model/runner.h"
+
+namespace osprey::model {
+
+// Throws osprey::Error naming the slice and the value at fault.
+void check_forward_batch(const ForwardBatch& batch, const Config& config, const KvLayout& layout);
+
+}  // namespace osprey::model
