@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Issue 7's H200 run: builds the `osprey` executable (CUDA), writes a synthetic gpt-oss-20b checkpoint
-# on the machine's local disk, then runs
+# Issue 7's H200 run: builds the `osprey` executable (CUDA), writes a synthetic gpt-oss checkpoint
+# (20b or 120b preset), then runs
 #   osprey bench prefill   batch 1, prompts 1k 2k 4k 8k 16k 32k (5 timed runs after 1 warm-up each)
 #   osprey bench decode    batch 1..128 at context 8192, then at context 32768
 #   osprey bench plot      PNG + SVG charts of all of the above
+#   osprey serve + osprey bench serve   concurrency 1..8 (16 requests each), 16..128 (128 each),
+#                          1024-token prompts, 128-token outputs (log-normal spread)
 # writing every JSON report, markdown table, chart and log into the output folder. Each step is logged
 # to OUT/<step>.log; OUT/summary.txt lists PASS/FAIL and seconds per step. A failed bench step does not
 # stop the later ones (the script exits non-zero at the end).
 #
 #   scripts/gpu_bench.sh [--out DIR] [--build DIR] [--osprey EXE] [--model-dir DIR] [--preset 20b|120b]
-#                        [--price USD] [--steps "build model prefill decode8k decode32k plot"] [--quick]
+#                        [--price USD] [--steps "build model prefill decode8k decode32k plot serve"] [--quick]
 #
 #   --out DIR        output folder (default $OUT when set, else gpu-logs/bench-<UTC date-time>)
 #   --build DIR      build folder (default build-gpu; configured with tests off, only `osprey` is built)
@@ -23,8 +25,11 @@
 #   --quick          a smaller sweep (3 repeats, 16 timed decode steps) to save device time
 #
 # KV fill for decode (docs/benchmarks.md): context 8192 prefills every sequence for real (128 x 8k =
-# 1M prompt tokens); context 32768 shares the prompt's pages across the batch (--kv-fill shared),
-# because a real fill would be 4.2M prompt tokens. Override with KV_FILL_8K / KV_FILL_32K=prefill|shared.
+# 1M prompt tokens); context 32768 prefills one sequence and copies its K/V into every other
+# sequence's own pages (--kv-fill copy: distinct memory as in production, one prefill instead of
+# 4.2M prompt tokens). Batch sizes whose cache does not fit are skipped and listed in the report.
+# Override with KV_FILL_8K / KV_FILL_32K=prefill|copy|shared. The serve step's engine limits:
+# SERVE_ARGS (default "--max-num-seqs 128 --max-num-batched-tokens 8192").
 # The commit in the reports is git describe at configure time; where the tree has no .git, set
 # OSPREY_COMMIT=<hash> (passed to cmake as -DOSPREY_COMMIT).
 # Smoke-testing the script elsewhere: BACKEND=cpu, LENGTHS, BATCHES, CTX_8K, CTX_32K override the sweep
@@ -38,7 +43,7 @@ osprey=""
 preset="20b"
 model_dir=""
 price="3.00"
-steps="build model prefill decode8k decode32k plot"
+steps="build model prefill decode8k decode32k plot serve"
 repeats=5
 decode_steps=32
 while [[ $# -gt 0 ]]; do
@@ -51,14 +56,15 @@ while [[ $# -gt 0 ]]; do
     --price) price="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --quick) repeats=3; decode_steps=16; shift ;;
-    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 out="${out:-$here/gpu-logs/bench-$(date -u +%Y%m%d-%H%M%S)}"
 model_dir="${model_dir:-/tmp/osprey-models/$preset}"
 kv_fill_8k="${KV_FILL_8K:-prefill}"
-kv_fill_32k="${KV_FILL_32K:-shared}"
+kv_fill_32k="${KV_FILL_32K:-copy}"
+serve_args="${SERVE_ARGS:---max-num-seqs 128 --max-num-batched-tokens 8192}"
 backend="${BACKEND:-cuda}"
 lengths="${LENGTHS:-1024,2048,4096,8192,16384,32768}"
 batches="${BATCHES:-1,2,4,8,16,32,64,128}"
@@ -135,6 +141,31 @@ if want plot; then
   else
     note "SKIP plot (no reports in $out)"
   fi
+fi
+
+if want serve; then
+  port="${SERVE_PORT:-8124}"
+  # shellcheck disable=SC2086  # serve_args is a list of flags
+  "$osprey" serve --model "$model_dir" --backend "$backend" --port "$port" $serve_args > "$out/serve.log" 2>&1 &
+  server=$!
+  up=0
+  for _ in $(seq 1 300); do
+    if curl -sf "127.0.0.1:$port/health" > /dev/null; then up=1; break; fi
+    kill -0 "$server" 2> /dev/null || break
+    sleep 1
+  done
+  if [[ $up -eq 1 ]]; then
+    url="http://127.0.0.1:$port"
+    run serve_low "$osprey" bench serve --url "$url" --concurrency "${SERVE_LOW:-1,2,4,8}" --requests 16 \
+      --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-low" || true
+    run serve_high "$osprey" bench serve --url "$url" --concurrency "${SERVE_HIGH:-16,32,64,128}" --requests 128 \
+      --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-high" || true
+    curl -s "$url/metrics" > "$out/serve-metrics.txt" || true
+  else
+    note "FAIL serve: the server did not answer /health (see serve.log)"
+    failures=$((failures + 1))
+  fi
+  kill "$server" 2> /dev/null; wait "$server" 2> /dev/null || true
 fi
 
 note "gpu_bench: $failures failure(s); results in $out"

@@ -80,7 +80,7 @@ DecodePlan plan_decode(const DecodeOptions& o, int context) {
     DecodePlan p;
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     p.steps_total = (o.warmup + o.steps) * int(o.batches.size());
-    if (o.fill == KvFill::prefill) {
+    if (o.fill != KvFill::shared) {
         p.private_pages = ceil_div(int64_t(context) + p.steps_total, o.page_size);
         p.n_slots = max_batch;
     } else {
@@ -95,12 +95,29 @@ DecodePlan plan_decode(const DecodeOptions& o, int context) {
 
 }  // namespace
 
-const char* kv_fill_name(KvFill f) { return f == KvFill::prefill ? "prefill" : "shared"; }
+const char* kv_fill_name(KvFill f) {
+    switch (f) {
+        case KvFill::prefill: return "prefill";
+        case KvFill::copy: return "copy";
+        case KvFill::shared: return "shared";
+    }
+    return "?";
+}
 
 KvFill parse_kv_fill(const std::string& s) {
     if (s == "prefill") return KvFill::prefill;
+    if (s == "copy") return KvFill::copy;
     if (s == "shared") return KvFill::shared;
-    OSPREY_FAIL("--kv-fill must be 'prefill' or 'shared', got '", s, "'");
+    OSPREY_FAIL("--kv-fill must be 'prefill', 'copy' or 'shared', got '", s, "'");
+}
+
+json::Value DecodeSkip::to_json() const {
+    json::Value v = json::Object{};
+    v.set("context", context);
+    v.set("batch", batch);
+    v.set("kv_bytes_needed", int64_t(kv_bytes_needed));
+    v.set("kv_bytes_available", int64_t(kv_bytes_available));
+    return v;
 }
 
 json::Value PrefillRow::to_json() const {
@@ -185,13 +202,27 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
     runner.allocate_kv({.page_size = o.page_size, .n_pages = plan.n_pages, .n_window_slots = plan.n_slots});
     std::mt19937_64 rng(seed);
     std::vector<Seq> seqs(static_cast<size_t>(max_batch));
-    if (o.fill == KvFill::prefill) {
+    if (o.fill != KvFill::shared) {
         for (int i = 0; i < max_batch; ++i) {
             Seq& s = seqs[size_t(i)];
             s.slot = i;
             for (int p = 0; p < plan.private_pages; ++p) s.pages.push_back(i * plan.private_pages + p);
-            s.prompt = random_tokens(rng, c, context);
-            s.last = prefill(runner, s, s.prompt, o.chunk);
+            if (o.fill == KvFill::prefill || i == 0) {
+                s.prompt = random_tokens(rng, c, context);
+                s.last = prefill(runner, s, s.prompt, o.chunk);
+                continue;
+            }
+            const Seq& first = seqs[0];  // copy mode: sequence 0's K/V into this sequence's pages and ring
+            const size_t n_prompt_pages = size_t(ceil_div(context, o.page_size));
+            model::KvCopy copy;
+            copy.src_pages.assign(first.pages.begin(), first.pages.begin() + long(n_prompt_pages));
+            copy.dst_pages.assign(s.pages.begin(), s.pages.begin() + long(n_prompt_pages));
+            copy.src_slot = first.slot;
+            copy.dst_slot = s.slot;
+            runner.copy_kv(copy);
+            s.prompt = first.prompt;
+            s.pos = first.pos;
+            s.last = random_tokens(rng, c, 1)[0];
         }
     } else {
         const int shared_len = plan.n_shared_pages * o.page_size;
@@ -223,28 +254,46 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
     return seqs;
 }
 
-std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOptions& o, double price_per_hour,
-                                  const ProgressFn& progress) {
+DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& options, double price_per_hour,
+                         const ProgressFn& progress) {
     const model::Config& c = runner.config();
-    check_positive_list(o.batches, "batch sizes", 4096);
-    check_positive_list(o.contexts, "context lengths", c.max_position - 1);
-    OSPREY_CHECK(std::is_sorted(o.batches.begin(), o.batches.end()), "batch sizes must be in ascending order");
-    OSPREY_CHECK(o.steps >= 1 && o.steps <= 1000000, "--steps must be in [1, 1000000], got ", o.steps);
-    OSPREY_CHECK(o.warmup >= 0 && o.warmup <= 1000000, "--warmup must be in [0, 1000000], got ", o.warmup);
-    OSPREY_CHECK(o.chunk >= 1, "--chunk must be >= 1, got ", o.chunk);
-    OSPREY_CHECK(o.page_size >= 1, "--page-size must be >= 1, got ", o.page_size);
-    const int max_batch = o.batches.back();
-    std::mt19937_64 rng(o.seed);
-    std::vector<DecodeRow> rows;
-    for (int context : o.contexts) {
+    check_positive_list(options.batches, "batch sizes", 4096);
+    check_positive_list(options.contexts, "context lengths", c.max_position - 1);
+    OSPREY_CHECK(std::is_sorted(options.batches.begin(), options.batches.end()), "batch sizes must be in ascending order");
+    OSPREY_CHECK(options.steps >= 1 && options.steps <= 1000000, "--steps must be in [1, 1000000], got ", options.steps);
+    OSPREY_CHECK(options.warmup >= 0 && options.warmup <= 1000000, "--warmup must be in [0, 1000000], got ",
+                 options.warmup);
+    OSPREY_CHECK(options.chunk >= 1, "--chunk must be >= 1, got ", options.chunk);
+    OSPREY_CHECK(options.page_size >= 1, "--page-size must be >= 1, got ", options.page_size);
+    std::mt19937_64 rng(options.seed);
+    DecodeResults results;
+    for (int context : options.contexts) {
+        // The batch sizes whose cache fits, in order; the rest are skipped and listed.
+        DecodeOptions o = options;
+        o.batches.clear();
+        for (int batch : options.batches) {
+            DecodeOptions trial = o;
+            trial.batches.push_back(batch);
+            const size_t need = decode_kv_bytes(runner, trial, context);
+            if (need <= runner.kv_budget_bytes()) {
+                o.batches.push_back(batch);
+                continue;
+            }
+            results.skipped.push_back({context, batch, need, runner.kv_budget_bytes()});
+            if (progress)
+                progress(str("decode context ", context, " batch ", batch, ": skipped, its KV cache (--kv-fill ",
+                             kv_fill_name(o.fill), ") needs ", need >> 20, " MiB, the backend offers ",
+                             runner.kv_budget_bytes() >> 20, " MiB"));
+        }
+        OSPREY_CHECK(!o.batches.empty(), "decode at context ", context, " with batch ", options.batches.front(),
+                     " (--kv-fill ", kv_fill_name(o.fill), ") needs ",
+                     results.skipped.back().kv_bytes_needed >> 20, " MiB of KV cache, the backend offers ",
+                     runner.kv_budget_bytes() >> 20, " MiB",
+                     o.fill == KvFill::shared ? "; try smaller batches" : "; try --kv-fill shared or smaller batches");
+        const int max_batch = o.batches.back();
         const DecodePlan plan = plan_decode(o, context);
         OSPREY_CHECK(int64_t(context) + plan.steps_total < c.max_position, "context ", context, " + ",
                      plan.steps_total, " decode steps exceeds the model's ", c.max_position, " positions");
-        const size_t need = decode_kv_bytes(runner, o, context);
-        OSPREY_CHECK(need <= runner.kv_budget_bytes(), "decode at context ", context, " with batch ", max_batch,
-                     " (--kv-fill ", kv_fill_name(o.fill), ") needs ", need >> 20, " MiB of KV cache, the backend offers ",
-                     runner.kv_budget_bytes() >> 20, " MiB",
-                     o.fill == KvFill::prefill ? "; try --kv-fill shared or smaller batches" : "; try smaller batches");
         const auto t_fill = Clock::now();
         std::vector<Seq> seqs = fill_decode_cache(runner, o, context, rng());
         const double fill_s = seconds_since(t_fill);
@@ -298,10 +347,10 @@ std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOption
                              " ms, p90 ", row.step_s.p90 * 1e3, " ms, ", row.tokens_per_s_per_user,
                              " tokens/s per user, ", row.total_tokens_per_s, " tokens/s total, $",
                              row.cost_per_million_output, " per M output tokens"));
-            rows.push_back(std::move(row));
+            results.rows.push_back(std::move(row));
         }
     }
-    return rows;
+    return results;
 }
 
 }  // namespace osprey::benchtool

@@ -7,16 +7,26 @@
 // the time from the first chunk's launch to the first sampled token on the host.
 //
 // Decode: `batch` sequences whose KV cache already holds `context` positions each, then one token
-// per sequence per step. The cache is filled in one of two ways (recorded in every row):
+// per sequence per step. The cache is filled in one of three ways (recorded in every row):
 //   prefill  every sequence is prefilled for real with its own random tokens (distinct K/V per
 //            sequence, as in production; costs batch * context prefill tokens per context length);
+//   copy     one sequence is prefilled for real, then its pages and window ring are copied
+//            (ModelRunner::copy_kv) into every other sequence's own pages and ring, and each
+//            sequence gets a different random next token. Every sequence owns and reads `context`
+//            distinct rows of K/V in device memory, as in production (the same bytes, which
+//            costs nothing extra: no cache deduplicates by content), and the different next tokens
+//            make the batch route to different experts from the first step on. Memory as
+//            `prefill`, fill time of one prefill: the mode for long contexts;
 //   shared   one prefill per context length writes the whole pages of the prompt once and every
 //            sequence's page table points at them; each sequence then writes its own partial last
 //            page and refills its sliding-window ring by replaying the last
 //            n_sliding_layers * (sliding_window - 1) positions. Attention still reads `context`
 //            rows of K/V for every sequence in every step, but the sequences read the same pages,
-//            so on a GPU those reads may hit L2 more than distinct caches would: prefer `prefill`
-//            for published numbers, `shared` when time or memory is short.
+//            so on a GPU those reads may hit L2 more than distinct caches would, and the cache
+//            takes the memory of one sequence: numbers for batches that would not fit otherwise,
+//            marked as such.
+// Batch sizes whose KV cache does not fit the backend's budget (prefill and copy) are skipped and
+// listed in the results (DecodeSkip) rather than failing the run.
 // Batch sizes run in ascending order over the same sequences, which keep growing: positions
 // advance by (warmup + steps) per batch size, and each row reports the mean context it measured.
 #pragma once
@@ -32,7 +42,7 @@
 
 namespace osprey::benchtool {
 
-enum class KvFill { prefill, shared };
+enum class KvFill { prefill, copy, shared };
 const char* kv_fill_name(KvFill f);
 KvFill parse_kv_fill(const std::string& s);  // throws naming the value
 
@@ -79,10 +89,24 @@ struct DecodeRow {
     json::Value to_json() const;
 };
 
+// A batch size left out of one context because its KV cache does not fit.
+struct DecodeSkip {
+    int context = 0;
+    int batch = 0;
+    size_t kv_bytes_needed = 0, kv_bytes_available = 0;
+    json::Value to_json() const;
+};
+
+struct DecodeResults {
+    std::vector<DecodeRow> rows;
+    std::vector<DecodeSkip> skipped;
+};
+
 // One sequence of the decode benchmark after the cache fill.
 struct DecodeSequence {
     std::vector<int32_t> prompt;  // [context] the tokens whose K/V the cache holds for it
-    std::vector<int32_t> pages;   // position p lives in pages[p / page_size] (shared mode: leading pages shared)
+    std::vector<int32_t> pages;   // position p lives in pages[p / page_size] (shared mode: leading pages shared;
+                                  // copy mode: sequences 1.. hold copies of sequence 0's prompt)
     int slot = 0;                 // window ring
     int pos = 0;                  // positions [0, pos) are in the cache
     int32_t last = 0;             // the token to feed next (greedy after the prompt)
@@ -98,7 +122,7 @@ size_t decode_kv_bytes(const model::ModelRunner& runner, const DecodeOptions& o,
 
 std::vector<PrefillRow> run_prefill(model::ModelRunner& runner, const PrefillOptions& o, double price_per_hour,
                                     const ProgressFn& progress);
-std::vector<DecodeRow> run_decode(model::ModelRunner& runner, const DecodeOptions& o, double price_per_hour,
-                                  const ProgressFn& progress);
+DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& o, double price_per_hour,
+                         const ProgressFn& progress);
 
 }  // namespace osprey::benchtool

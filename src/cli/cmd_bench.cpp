@@ -34,7 +34,7 @@ using benchtool::fixed;
 constexpr const char* kHelp =
     "usage: osprey bench prefill [common] [--lengths 1024,2048,4096,8192,16384,32768] [--repeats 5] [--warmup 1]\n"
     "       osprey bench decode  [common] [--batches 1,2,4,8,16,32,64,128] [--contexts 8192,32768]\n"
-    "                            [--steps 32] [--warmup 4] [--kv-fill prefill|shared]\n"
+    "                            [--steps 32] [--warmup 4] [--kv-fill prefill|copy|shared]\n"
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
     "                            [--input-len 256] [--output-len 128] [--len-sigma 0.5] [--timeout S]\n"
@@ -48,8 +48,10 @@ constexpr const char* kHelp =
     "  (median, p90 over --repeats after --warmup), input tokens/s, USD per million input tokens.\n"
     "decode: every batch size at every context length (the KV cache holds that many positions per\n"
     "  sequence before timing); step latency (median, p90), tokens/s per user and in total, USD per\n"
-    "  million output tokens. --kv-fill prefill (default) prefills every sequence for real; shared\n"
-    "  prefills each context once and shares its pages (see docs/benchmarks.md).\n"
+    "  million output tokens. --kv-fill prefill (default) prefills every sequence for real; copy\n"
+    "  prefills one and copies its K/V into every sequence's own pages; shared prefills each context\n"
+    "  once and shares its pages (see docs/benchmarks.md). Batch sizes whose KV cache does not fit\n"
+    "  are skipped and listed.\n"
     "serve: streamed chat completions against a running server at each concurrency (Poisson arrivals\n"
     "  at --request-rate req/s, or all at once when 0); TTFT, inter-token latency, TPOT, end-to-end\n"
     "  latency percentiles and throughput. Reasoning deltas count as generated tokens.\n"
@@ -232,7 +234,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     const std::string prefix = out_prefix(a, "decode");
     Backend b = open_backend(a, "decode", std::max(o.chunk, max_batch), max_batch);
     print_line(str("osprey bench decode: ", b.info.model, " on ", b.info.device, ", layout ", b.info.layout.label()));
-    const auto rows = benchtool::run_decode(*b.runner, o, b.info.price_per_hour(), print_line);
+    const benchtool::DecodeResults res = benchtool::run_decode(*b.runner, o, b.info.price_per_hour(), print_line);
 
     json::Value settings = json::Object{};
     json::Array batches, contexts;
@@ -248,12 +250,20 @@ int bench_decode(const std::vector<std::string>& argv) {
     settings.set("seed", int64_t(o.seed));
     json::Array results;
     std::vector<std::vector<std::string>> table;
-    for (const auto& r : rows) {
+    for (const auto& r : res.rows) {
         results.push_back(r.to_json());
         table.push_back({std::to_string(r.context), std::to_string(r.batch), fixed(r.mean_context, 0),
                          fixed(r.step_s.median * 1e3, 3), fixed(r.step_s.p90 * 1e3, 3),
                          fixed(r.tokens_per_s_per_user, 1), fixed(r.total_tokens_per_s, 1),
                          fixed(r.cost_per_million_output, 4)});
+    }
+    json::Array skipped;
+    std::string skipped_md;
+    for (const auto& k : res.skipped) {
+        skipped.push_back(k.to_json());
+        skipped_md += str("- context ", k.context, ", batch ", k.batch, ": not run, its KV cache needs ",
+                          fixed(double(k.kv_bytes_needed) / double(1 << 30), 1), " GiB and ",
+                          fixed(double(k.kv_bytes_available) / double(1 << 30), 1), " GiB are free\n");
     }
     const std::string md = str(
         "# osprey bench decode\n\n", benchtool::markdown_run_info(b.info), "- settings: ", o.steps,
@@ -261,8 +271,11 @@ int bench_decode(const std::vector<std::string>& argv) {
         benchtool::kv_fill_name(o.fill), "\n\n",
         benchtool::markdown_table({"context", "batch", "mean context", "step median (ms)", "step p90 (ms)",
                                    "tokens/s per user", "total tokens/s", "USD / M output tokens"},
-                                  table));
-    write_outputs(prefix, benchtool::make_report(b.info, std::move(settings), std::move(results)), md);
+                                  table),
+        skipped_md.empty() ? "" : "\nBatch sizes that do not fit:\n\n" + skipped_md);
+    json::Value report = benchtool::make_report(b.info, std::move(settings), std::move(results));
+    report.set("skipped", std::move(skipped));
+    write_outputs(prefix, report, md);
     return 0;
 }
 

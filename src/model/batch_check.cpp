@@ -38,4 +38,38 @@ void check_forward_batch(const ForwardBatch& batch, const Config& config, const 
                      batch.tokens[t], " at index ", t, " outside the vocabulary [0, ", config.vocab_size, ")");
 }
 
+std::vector<PageRun> plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
+    OSPREY_CHECK(copy.src_pages.size() == copy.dst_pages.size(), "copy_kv: ", copy.src_pages.size(),
+                 " source pages but ", copy.dst_pages.size(), " destination pages");
+    OSPREY_CHECK((copy.src_slot < 0) == (copy.dst_slot < 0), "copy_kv: window slots ", copy.src_slot, " -> ",
+                 copy.dst_slot, ": give both or neither");
+    if (copy.src_slot >= 0) {
+        OSPREY_CHECK(copy.src_slot < layout.n_window_slots && copy.dst_slot < layout.n_window_slots,
+                     "copy_kv: window slots ", copy.src_slot, " -> ", copy.dst_slot, " outside [0, ",
+                     layout.n_window_slots, ")");
+        OSPREY_CHECK(copy.src_slot != copy.dst_slot, "copy_kv: window slot ", copy.src_slot, " copied onto itself");
+    }
+    std::vector<uint8_t> role(size_t(layout.n_pages), 0);  // 1: source, 2: destination
+    for (size_t i = 0; i < copy.src_pages.size(); ++i) {
+        const int32_t s = copy.src_pages[i], d = copy.dst_pages[i];
+        OSPREY_CHECK(s >= 0 && s < layout.n_pages && d >= 0 && d < layout.n_pages, "copy_kv: page ", s, " -> ", d,
+                     " outside [0, ", layout.n_pages, ")");
+        role[size_t(s)] = 1;
+    }
+    for (int32_t d : copy.dst_pages) {
+        OSPREY_CHECK(role[size_t(d)] == 0, "copy_kv: page ", d,
+                     role[size_t(d)] == 1 ? " is both a source and a destination" : " is a destination twice");
+        role[size_t(d)] = 2;
+    }
+    std::vector<PageRun> runs;
+    for (size_t i = 0; i < copy.src_pages.size(); ++i) {
+        const int32_t s = copy.src_pages[i], d = copy.dst_pages[i];
+        if (!runs.empty() && runs.back().src + runs.back().count == s && runs.back().dst + runs.back().count == d)
+            ++runs.back().count;
+        else
+            runs.push_back({s, d, 1});
+    }
+    return runs;
+}
+
 }  // namespace osprey::model

@@ -46,6 +46,7 @@ public:
     void allocate_kv(const KvLayout& layout) override;
     const KvLayout& kv_layout() const override { return layout_; }
     void forward(const ForwardBatch& batch) override;
+    void copy_kv(const KvCopy& copy) override;
     void logits_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;

@@ -19,6 +19,15 @@ struct KvLayout {
     int n_window_slots = 0; // sliding-window rings (one per running sequence)
 };
 
+// A copy of cached K/V inside one backend: whole pages of the full-attention layers, src_pages[i]
+// to dst_pages[i], and optionally one window slot of the sliding layers with the positions it holds.
+// Afterwards a sequence using dst_pages and dst_slot continues exactly as the source would (a fork:
+// parallel samples of one prompt, or a benchmark giving many sequences distinct copies of one fill).
+struct KvCopy {
+    std::vector<int32_t> src_pages, dst_pages;  // same length; no page on both sides
+    int src_slot = -1, dst_slot = -1;           // both -1: no window slot copied
+};
+
 class ModelRunner {
 public:
     virtual ~ModelRunner() = default;
@@ -38,6 +47,10 @@ public:
     // Runs one step: writes K/V of every token into the cache and computes logits for each slice
     // that wants them, kept by the backend until the next forward().
     virtual void forward(const ForwardBatch& batch) = 0;
+
+    // Copies K/V as `copy` says (ordered after earlier forwards, before later ones). Throws
+    // osprey::Error, copying nothing, when a page or slot is out of range or the two sides overlap.
+    virtual void copy_kv(const KvCopy& copy) = 0;
 
     // Logits of the last forward, [n_logit_rows, vocab_size] fp32, copied to the host (for tests
     // and the CPU sampler).

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/check.h"
+#include "model/batch_check.h"
 
 namespace osprey::server {
 
@@ -13,6 +14,8 @@ ScriptedRunner::ScriptedRunner(model::Config config, std::vector<int32_t> script
     for (int32_t t : script_)
         OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
 }
+
+void ScriptedRunner::copy_kv(const model::KvCopy& copy) { (void)model::plan_kv_copy(copy, layout_); }
 
 void ScriptedRunner::forward(const model::ForwardBatch& batch) {
     n_logit_rows_ = batch.n_logit_rows();

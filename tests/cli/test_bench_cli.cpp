@@ -121,8 +121,8 @@ TEST_F(BenchCli, PrefillWritesJsonAndMarkdown) {
     EXPECT_NE(md.find("- layout: TP1"), std::string::npos);
 }
 
-TEST_F(BenchCli, DecodeSweepsBatchesAndContextsWithBothFills) {
-    for (const char* fill_name : {"prefill", "shared"}) {
+TEST_F(BenchCli, DecodeSweepsBatchesAndContextsWithEveryFill) {
+    for (const char* fill_name : {"prefill", "copy", "shared"}) {
         const std::string fill = fill_name;
         // Context 40 is not a multiple of the page size (shared pages plus a private tail).
         const json::Value v = report_of("bench decode --backend cpu --batches 1,2 --contexts 40,64 --steps 2 --warmup 1 "
@@ -130,6 +130,7 @@ TEST_F(BenchCli, DecodeSweepsBatchesAndContextsWithBothFills) {
                                         "decode-" + fill);
         expect_run_info(v.at("run"), "decode");
         EXPECT_EQ(v.at("settings").at("kv_fill").as_string(), fill);
+        EXPECT_TRUE(v.at("skipped").as_array().empty());  // everything fits the CPU budget
         const auto& rows = v.at("results").as_array();
         ASSERT_EQ(rows.size(), 4u);
         const int expect[4][2] = {{40, 1}, {40, 2}, {64, 1}, {64, 2}};
@@ -208,7 +209,7 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         {"bench prefill --tp 2", "tensor parallelism is not implemented yet"},
         {"bench decode --ep 4", "expert parallelism is not implemented yet"},
         {"bench decode --dp 0", "--dp must be in [1, 1024]"},
-        {"bench decode --kv-fill copy", "--kv-fill must be 'prefill' or 'shared'"},
+        {"bench decode --kv-fill share", "--kv-fill must be 'prefill', 'copy' or 'shared', got 'share'"},
         {"bench decode --batches 1,x", "--batches: 'x' is not a positive integer"},
         {"bench decode --batches 4,2", "ascending"},
         {"bench prefill --lengths 0", "--lengths: '0' is not a positive integer"},

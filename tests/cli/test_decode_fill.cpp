@@ -1,4 +1,4 @@
-// The decode benchmark's cache fill is honest: after either fill (--kv-fill prefill or shared),
+// The decode benchmark's cache fill is honest: after any fill (--kv-fill prefill, copy or shared),
 // a decode step over the filled sequences gives the same logits as running each sequence's whole
 // prompt through a fresh cache, so every sequence really attends over its `context` positions
 // (shared pages, private tails and the replayed sliding-window rings included).
@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "benchtool/model_bench.h"
+#include "core/check.h"
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
@@ -90,6 +91,17 @@ void check_fill(KvFill fill, int context) {
     if (fill == KvFill::shared && context >= 2 * o.page_size) {  // the leading pages really are shared
         EXPECT_EQ(seqs[0].pages[0], seqs[2].pages[0]);
     }
+    if (fill != KvFill::shared) {  // every sequence owns its pages and ring
+        for (size_t i = 1; i < seqs.size(); ++i) {
+            EXPECT_NE(seqs[i].slot, seqs[0].slot);
+            for (int32_t p : seqs[i].pages)
+                EXPECT_EQ(std::count(seqs[0].pages.begin(), seqs[0].pages.end(), p), 0) << "page " << p;
+        }
+    }
+    if (fill == KvFill::copy) {  // the same prompt, different next tokens (different routing from step 1)
+        EXPECT_EQ(seqs[1].prompt, seqs[0].prompt);
+        EXPECT_NE(seqs[1].last, seqs[2].last);
+    }
     runner.forward(b);
     std::vector<float> got;
     runner.logits_to_host(got);
@@ -113,6 +125,40 @@ void check_fill(KvFill fill, int context) {
 TEST(DecodeFill, PrefillFillMatchesAFreshCache) {
     check_fill(KvFill::prefill, 40);
     check_fill(KvFill::prefill, 300);
+}
+
+TEST(DecodeFill, CopyFillMatchesAFreshCache) {
+    check_fill(KvFill::copy, 40);
+    check_fill(KvFill::copy, 300);
+}
+
+// Batch sizes whose cache does not fit the budget are skipped and listed; the rest still run.
+TEST(DecodeFill, BatchesThatDoNotFitAreSkipped) {
+    model::CpuReference probe(model::Weights::load(tiny_model()), {.n_threads = 1});
+    DecodeOptions o;
+    o.batches = {1, 2, 4};
+    o.contexts = {64};
+    o.steps = 1;
+    o.warmup = 0;
+    o.page_size = 16;
+    o.fill = KvFill::copy;
+    DecodeOptions two = o;
+    two.batches = {1, 2};
+    const size_t budget = decode_kv_bytes(probe, two, 64);  // room for batch 2, not for batch 4
+    model::CpuReference runner(model::Weights::load(tiny_model()), {.kv_budget_bytes = budget, .n_threads = 1});
+    const DecodeResults res = run_decode(runner, o, 3.0, {});
+    ASSERT_EQ(res.rows.size(), 2u);
+    EXPECT_EQ(res.rows[0].batch, 1);
+    EXPECT_EQ(res.rows[1].batch, 2);
+    ASSERT_EQ(res.skipped.size(), 1u);
+    EXPECT_EQ(res.skipped[0].batch, 4);
+    EXPECT_EQ(res.skipped[0].context, 64);
+    EXPECT_GT(res.skipped[0].kv_bytes_needed, budget);
+    EXPECT_EQ(res.skipped[0].kv_bytes_available, budget);
+    // Nothing fits: an error naming the cache size, not an empty report.
+    o.batches = {4};
+    model::CpuReference tight(model::Weights::load(tiny_model()), {.kv_budget_bytes = budget / 4, .n_threads = 1});
+    EXPECT_THROW(run_decode(tight, o, 3.0, {}), Error);
 }
 
 TEST(DecodeFill, SharedFillMatchesAFreshCache) {

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/sampling.h"
+#include "model/batch_check.h"
 
 namespace osprey::test {
 
@@ -46,6 +47,14 @@ void FakeRunner::allocate_kv(const model::KvLayout& layout) {
     layout_ = layout;
     pages_.assign(size_t(layout.n_pages) * size_t(layout.page_size), Row{});
     window_.assign(size_t(layout.n_window_slots) * size_t(config_.sliding_window), Row{});
+}
+
+void FakeRunner::copy_kv(const model::KvCopy& copy) {
+    const int ps = layout_.page_size, w = config_.sliding_window;
+    for (const model::PageRun& r : model::plan_kv_copy(copy, layout_))
+        std::copy_n(pages_.begin() + ptrdiff_t(r.src) * ps, size_t(r.count) * ps, pages_.begin() + ptrdiff_t(r.dst) * ps);
+    if (copy.src_slot >= 0)
+        std::copy_n(window_.begin() + ptrdiff_t(copy.src_slot) * w, w, window_.begin() + ptrdiff_t(copy.dst_slot) * w);
 }
 
 std::vector<float> FakeRunner::reference_logits(std::span<const int32_t> history, int vocab_size, int sliding_window) {

@@ -33,6 +33,7 @@ public:
     void allocate_kv(const model::KvLayout& layout) override;
     const model::KvLayout& kv_layout() const override { return layout_; }
     void forward(const model::ForwardBatch& batch) override;
+    void copy_kv(const model::KvCopy& copy) override;
     void logits_to_host(std::vector<float>& out) override { out = logits_; }
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;

@@ -198,6 +198,55 @@ TEST(cuda_forward, graph_decode_matches_eager) {
     EXPECT_EQ(graphed.gpu.graphs_captured(), 1);
 }
 
+// copy_kv forks a sequence on the GPU: B gets A's pages (partial last page, longer than the window)
+// and ring, then A and B decode the same tokens in one batch: bit-identical rows, equal to the
+// reference decoding A; a bad copy is refused.
+TEST(cuda_forward, copied_kv_continues_exactly_like_its_source) {
+    Pair p(/*graphs=*/true);
+    test::Seq a;
+    a.tokens = random_prompt(220, 21);
+    a.pages = test::pages_from(0, 16);
+    a.window_slot = 1;
+    ForwardBatch pre;
+    pre.tokens.assign(a.tokens.begin(), a.tokens.begin() + 200);
+    pre.slices.push_back(test::slice_for(a, 0, 200));
+    p.forward(pre);
+    a.n_computed = 200;
+    test::Seq b = a;
+    b.pages = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 60, 61, 62};
+    b.window_slot = 6;
+    KvCopy copy{.src_slot = 1, .dst_slot = 6};
+    copy.src_pages = test::pages_from(0, 13);  // 200 positions: 12 whole pages of 16 and a partial one
+    copy.dst_pages.assign(b.pages.begin(), b.pages.begin() + 13);
+    p.gpu.copy_kv(copy);
+    double worst = 0;
+    for (int step = 0; step < 20; ++step) {
+        const int32_t t = a.tokens[size_t(a.n_computed)];
+        ForwardBatch both;
+        both.tokens = {t, t};
+        both.slices = {test::slice_for(a, 0, 1), test::slice_for(b, 1, 1)};
+        p.gpu.forward(both);
+        std::vector<float> g;
+        p.gpu.logits_to_host(g);
+        const size_t V = size_t(p.cpu.config().vocab_size);
+        ASSERT_EQ(g.size(), 2 * V);
+        ASSERT_TRUE(std::equal(g.begin(), g.begin() + V, g.begin() + V)) << "step " << step;
+        ForwardBatch one;
+        one.tokens = {t};
+        one.slices = {test::slice_for(a, 0, 1)};
+        p.cpu.forward(one);
+        std::vector<float> c;
+        p.cpu.logits_to_host(c);
+        worst = std::max(worst, rel_l2(std::span(g).subspan(V, V), c));
+        a.n_computed += 1;
+        b.n_computed += 1;
+    }
+    std::printf("  20 forked decode steps: worst logits rel err %.2e\n", worst);
+    EXPECT_LT(worst, kLogitBound);
+    EXPECT_THROW(p.gpu.copy_kv({.src_pages = {0}, .dst_pages = {0}}), Error);
+    EXPECT_THROW(p.gpu.copy_kv({.src_pages = {0}, .dst_pages = {256}}), Error);
+}
+
 // Layer by layer on the same batch: every intermediate the two paths share, within kStepBound.
 TEST(cuda_forward, every_step_matches_the_reference) {
     Pair p(false);

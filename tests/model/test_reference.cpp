@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "model/batch_check.h"
 #include "test_reference_util.h"
 
 namespace osprey::model {
@@ -172,6 +173,57 @@ TEST(reference, greedy_sample_with_log_probability) {
     double sum = 0;
     for (float v : logits) sum += std::exp(double(v) - logits[best]);
     EXPECT_NEAR(r.logprob, -std::log(sum), 1e-5);
+}
+
+TEST(reference, copied_kv_continues_exactly_like_its_source) {
+    // A fork: sequence A prefills 37 positions (longer than the window of 16, a partial last page),
+    // its pages and ring are copied into B's (non-contiguous pages, another slot); B then decodes
+    // as A would, bit for bit, and A is untouched by the copy.
+    const auto tokens = prompt(42, 5);
+    const auto want = logits_of_prefill(tokens, {37, 1, 1, 1, 1, 1});
+    CpuReference ref = make_reference();
+    Seq a{.tokens = tokens, .pages = test::pages_from(0, 6), .window_slot = 0};
+    test::step(ref, a, 37);
+    Seq b{.tokens = tokens, .pages = {40, 41, 12, 13, 14, 50}, .window_slot = 3, .n_computed = 37};
+    ref.copy_kv({.src_pages = test::pages_from(0, 5), .dst_pages = {40, 41, 12, 13, 14}, .src_slot = 0, .dst_slot = 3});
+    std::vector<float> got_a, got_b;
+    for (int i = 0; i < 5; ++i) {
+        got_b = test::step(ref, b, 1);
+        got_a = test::step(ref, a, 1);
+    }
+    EXPECT_EQ(got_b, want);
+    EXPECT_EQ(got_a, want);
+}
+
+TEST(reference, bad_kv_copies_are_refused_and_change_nothing) {
+    CpuReference ref = make_reference(/*n_pages=*/8, /*n_slots=*/2);
+    Seq a{.tokens = prompt(20, 6), .pages = test::pages_from(0, 3), .window_slot = 0};
+    test::step(ref, a, 19);
+    const KvCopy bad[] = {
+        {.src_pages = {0, 1}, .dst_pages = {4}},                              // lengths differ
+        {.src_pages = {0, 1}, .dst_pages = {1, 2}},                           // page 1 on both sides
+        {.src_pages = {0, 1}, .dst_pages = {4, 4}},                           // destination twice
+        {.src_pages = {0}, .dst_pages = {8}},                                 // page out of range
+        {.src_pages = {0}, .dst_pages = {4}, .src_slot = 0, .dst_slot = -1},  // half a slot copy
+        {.src_pages = {0}, .dst_pages = {4}, .src_slot = 0, .dst_slot = 2},   // slot out of range
+        {.src_pages = {0}, .dst_pages = {4}, .src_slot = 0, .dst_slot = 0},   // slot onto itself
+    };
+    for (size_t i = 0; i < std::size(bad); ++i) EXPECT_THROW(ref.copy_kv(bad[i]), Error) << "case " << i;
+    // The failed copies wrote nothing: A continues as a fresh prefill would.
+    const auto want = logits_of_prefill(prompt(20, 6), {19, 1});
+    EXPECT_EQ(test::step(ref, a, 1), want);
+}
+
+TEST(reference, kv_copy_plan_merges_consecutive_pages) {
+    const KvLayout layout{.page_size = 4, .n_pages = 32, .n_window_slots = 2};
+    const std::vector<PageRun> runs =
+        plan_kv_copy({.src_pages = {0, 1, 2, 7, 8, 3}, .dst_pages = {10, 11, 12, 20, 22, 23}}, layout);
+    ASSERT_EQ(runs.size(), 4u);
+    EXPECT_EQ((std::vector<int>{runs[0].src, runs[0].dst, runs[0].count}), (std::vector<int>{0, 10, 3}));
+    EXPECT_EQ((std::vector<int>{runs[1].src, runs[1].dst, runs[1].count}), (std::vector<int>{7, 20, 1}));
+    EXPECT_EQ((std::vector<int>{runs[2].src, runs[2].dst, runs[2].count}), (std::vector<int>{8, 22, 1}));
+    EXPECT_EQ((std::vector<int>{runs[3].src, runs[3].dst, runs[3].count}), (std::vector<int>{3, 23, 1}));
+    EXPECT_TRUE(plan_kv_copy({}, layout).empty());
 }
 
 TEST(reference, rejects_bad_batches) {

@@ -202,6 +202,31 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void CudaRunner::copy_kv(const KvCopy& copy) {
+    OSPREY_CHECK(!k_cache_.empty(), "copy_kv: allocate_kv first");
+    const std::vector<PageRun> runs = plan_kv_copy(copy, layout_);
+    const Config& c = config_;
+    const size_t kv_dim = size_t(c.kv_dim());
+    const size_t page = size_t(layout_.page_size) * kv_dim, ring = size_t(c.sliding_window) * kv_dim;
+    auto copy_rows = [&](bf16* base, size_t src, size_t dst, size_t n) {
+        CUDA_CHECK(cudaMemcpyAsync(base + dst, base + src, n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_.get()));
+    };
+    for (int i = 0; i < c.n_layers; ++i) {
+        for (bf16* base : {k_cache_[i].get(), v_cache_[i].get()}) {
+            if (c.is_sliding(i)) {
+                if (copy.src_slot >= 0) copy_rows(base, size_t(copy.src_slot) * ring, size_t(copy.dst_slot) * ring, ring);
+            } else {
+                for (const PageRun& r : runs)
+                    copy_rows(base, size_t(r.src) * page, size_t(r.dst) * page, size_t(r.count) * page);
+            }
+        }
+    }
+    if (copy.src_slot >= 0) {
+        slot_begin_[copy.dst_slot] = slot_begin_[copy.src_slot];
+        slot_end_[copy.dst_slot] = slot_end_[copy.src_slot];
+    }
+}
+
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
     OSPREY_CHECK(!batch.slices.empty() && batch.n_tokens() > 0, "forward: empty batch");
     OSPREY_CHECK(batch.n_tokens() <= options_.max_tokens, "forward: ", batch.n_tokens(),
