@@ -29,7 +29,10 @@
 # sequence's own pages (--kv-fill copy: distinct memory as in production, one prefill instead of
 # 4.2M prompt tokens). Batch sizes whose cache does not fit are skipped and listed in the report.
 # Override with KV_FILL_8K / KV_FILL_32K=prefill|copy|shared. The serve step's engine limits:
-# SERVE_ARGS (default "--max-num-seqs 128 --max-num-batched-tokens 8192").
+# SERVE_ARGS (default "--max-num-seqs 128 --max-num-batched-tokens 8192"); SERVE_ENDPOINT=chat|completions
+# (default completions: a synthetic checkpoint never writes a Harmony header, so on /v1/chat/completions
+# the server's Harmony parser holds its text back and TTFT/TPOT measure that, not the engine; use chat
+# for a real checkpoint).
 # The commit in the reports is git describe at configure time; where the tree has no .git, set
 # OSPREY_COMMIT=<hash> (passed to cmake as -DOSPREY_COMMIT).
 # Smoke-testing the script elsewhere: BACKEND=cpu, LENGTHS, BATCHES, CTX_8K, CTX_32K override the sweep
@@ -56,7 +59,7 @@ while [[ $# -gt 0 ]]; do
     --price) price="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --quick) repeats=3; decode_steps=16; shift ;;
-    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
     *) echo "gpu_bench: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +68,7 @@ model_dir="${model_dir:-/tmp/osprey-models/$preset}"
 kv_fill_8k="${KV_FILL_8K:-prefill}"
 kv_fill_32k="${KV_FILL_32K:-copy}"
 serve_args="${SERVE_ARGS:---max-num-seqs 128 --max-num-batched-tokens 8192}"
+serve_endpoint="${SERVE_ENDPOINT:-completions}"
 backend="${BACKEND:-cuda}"
 lengths="${LENGTHS:-1024,2048,4096,8192,16384,32768}"
 batches="${BATCHES:-1,2,4,8,16,32,64,128}"
@@ -92,8 +96,7 @@ run() {
   return $rc
 }
 
-commit="${OSPREY_COMMIT:-$(git -C "$here" describe --always --dirty --tags 2>/dev/null || echo unknown)}"
-note "gpu_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), commit $commit"
+note "gpu_bench: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader 2>&1 \
   | tee -a "$summary" || true
 
@@ -108,6 +111,7 @@ if [[ -z "$osprey" ]]; then
   fi
 fi
 [[ -x "$osprey" ]] || { note "FAIL: no osprey executable at $osprey (run the build step or pass --osprey)"; exit 1; }
+note "$("$osprey" --version) (the commit every report records)"
 
 if want model; then
   if [[ -f "$model_dir/config.json" ]]; then
@@ -157,9 +161,9 @@ if want serve; then
   if [[ $up -eq 1 ]]; then
     url="http://127.0.0.1:$port"
     run serve_low "$osprey" bench serve --url "$url" --concurrency "${SERVE_LOW:-1,2,4,8}" --requests 16 \
-      --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-low" || true
+      --endpoint "$serve_endpoint" --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-low" || true
     run serve_high "$osprey" bench serve --url "$url" --concurrency "${SERVE_HIGH:-16,32,64,128}" --requests 128 \
-      --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-high" || true
+      --endpoint "$serve_endpoint" --input-len 1024 --output-len 128 --gpu-price "$price" --out "$out/serve-high" || true
     curl -s "$url/metrics" > "$out/serve-metrics.txt" || true
   else
     note "FAIL serve: the server did not answer /health (see serve.log)"

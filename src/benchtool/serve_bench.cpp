@@ -57,12 +57,17 @@ bool non_empty_string(const json::Value* v) { return v && v->is_string() && !v->
 
 RequestResult send_one(const ServeOptions& o, const Url& url, const std::string& model, const RequestPlan& plan) {
     RequestResult res;
+    const bool chat = o.endpoint == "chat";
     json::Value body = json::Object{};
     body.set("model", model);
-    json::Value msg = json::Object{};
-    msg.set("role", "user");
-    msg.set("content", plan.prompt);
-    body.set("messages", json::Array{msg});
+    if (chat) {
+        json::Value msg = json::Object{};
+        msg.set("role", "user");
+        msg.set("content", plan.prompt);
+        body.set("messages", json::Array{msg});
+    } else {
+        body.set("prompt", plan.prompt);
+    }
     body.set("max_tokens", plan.max_tokens);
     body.set("stream", true);
     json::Value so = json::Object{};
@@ -96,12 +101,14 @@ RequestResult send_one(const ServeOptions& o, const Url& url, const std::string&
         const json::Value* choices = ev.find("choices");
         if (!choices || !choices->is_array()) return;
         for (const json::Value& ch : choices->as_array()) {
-            const json::Value* delta = ch.find("delta");
-            if (!delta || !delta->is_object()) continue;
-            const bool text = non_empty_string(delta->find("content")) ||
-                              non_empty_string(delta->find("reasoning_content")) ||
-                              non_empty_string(delta->find("reasoning")) ||
-                              (delta->find("tool_calls") && delta->at("tool_calls").size() > 0);
+            bool text = false;
+            if (!chat) {
+                text = non_empty_string(ch.find("text"));
+            } else if (const json::Value* delta = ch.find("delta"); delta && delta->is_object()) {
+                text = non_empty_string(delta->find("content")) || non_empty_string(delta->find("reasoning_content")) ||
+                       non_empty_string(delta->find("reasoning")) ||
+                       (delta->find("tool_calls") && delta->at("tool_calls").size() > 0);
+            }
             if (!text) continue;
             const double now = std::chrono::duration<double>(Clock::now() - t0).count();
             if (res.ttft < 0) res.ttft = now;
@@ -112,7 +119,8 @@ RequestResult send_one(const ServeOptions& o, const Url& url, const std::string&
     });
     try {
         std::string head;  // the body's first bytes, for the error message of a non-200 answer
-        const HttpResponse r = http_request(url, "POST", "/v1/chat/completions", auth_headers(o), body.dump(),
+        const HttpResponse r = http_request(url, "POST", chat ? "/v1/chat/completions" : "/v1/completions",
+                                            auth_headers(o), body.dump(),
                                             [&](std::string_view bytes) {
                                                 if (head.size() < 300) head.append(bytes.substr(0, 300 - head.size()));
                                                 sse.feed(bytes);
@@ -244,6 +252,8 @@ std::string resolve_model(const ServeOptions& o) {
 
 std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progress) {
     OSPREY_CHECK(!o.concurrencies.empty(), "concurrency list is empty");
+    OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions", "--endpoint must be 'chat' or 'completions', got '",
+                 o.endpoint, "'");
     for (int c : o.concurrencies) OSPREY_CHECK(c >= 1 && c <= 4096, "concurrency must be in [1, 4096], got ", c);
     OSPREY_CHECK(o.requests_per_level >= 0 && o.requests_per_level <= 1000000, "--requests must be in [0, 1000000]");
     OSPREY_CHECK(o.request_rate >= 0 && std::isfinite(o.request_rate), "--request-rate must be >= 0");

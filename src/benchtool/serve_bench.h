@@ -1,5 +1,6 @@
 // `osprey bench serve`: an HTTP load generator for an OpenAI-compatible server (osprey serve or any
-// other). For each concurrency level it sends streamed /v1/chat/completions requests, at most
+// other). For each concurrency level it sends streamed /v1/chat/completions requests (or, with
+// endpoint "completions", /v1/completions with the prompt as raw text), at most
 // `concurrency` in flight, arriving all at once (closed loop) or as a Poisson process of
 // `request_rate` requests/s; prompts and output budgets are drawn from log-normal distributions
 // around the requested means (clamped to [1, 4 x mean]), prompts made of common English words.
@@ -7,6 +8,7 @@
 // Per request it measures, from the moment the request is sent:
 //   TTFT  until the first streamed delta carrying generated text: `content`, `reasoning_content`
 //         or `reasoning` (Harmony's analysis channel counts as generated output), or a tool call;
+//         for completions, a non-empty `text`;
 //   ITL   the gaps between successive such deltas;
 //   TPOT  (end to end - TTFT) / (output tokens - 1);
 //   E2E   until the stream ends ([DONE] or the end of the response).
@@ -29,6 +31,13 @@ struct ServeOptions {
     std::string url = "http://127.0.0.1:8000";
     std::string model;    // empty: the first id of GET /v1/models
     std::string api_key;  // sent as a Bearer token when set
+    // "chat": /v1/chat/completions (the prompt as one user message; the server applies its chat
+    // format, and for gpt-oss parses the Harmony channels of the output). "completions":
+    // /v1/completions with the prompt as raw text and the output streamed as raw text, token by
+    // token: the engine and the HTTP path without the chat format, which is what a random-weight
+    // checkpoint can be measured with (it never writes a Harmony header, so a Harmony parser holds
+    // its text back; see docs/benchmarks.md).
+    std::string endpoint = "chat";
     std::vector<int> concurrencies = {1, 2, 4, 8, 16, 32, 64, 128};
     int requests_per_level = 0;  // 0: max(8, 4 x concurrency)
     double request_rate = 0;     // requests/s (Poisson); 0: all at once, limited by concurrency

@@ -38,7 +38,8 @@ constexpr const char* kHelp =
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
     "                            [--input-len 256] [--output-len 128] [--len-sigma 0.5] [--timeout S]\n"
-    "                            [--gpu-price 3.00] [--tp N --ep N --dp N] [--out PREFIX] [--seed S]\n"
+    "                            [--endpoint chat|completions] [--gpu-price 3.00] [--tp N --ep N --dp N]\n"
+    "                            [--out PREFIX] [--seed S]\n"
     "       osprey bench plot    REPORT.json... [--out DIR] [--width 960] [--height 640]\n"
     "\n"
     "common: [--model DIR] [--backend auto|cpu|cuda] [--threads N] [--tp 1] [--ep 1] [--dp 1]\n"
@@ -54,7 +55,8 @@ constexpr const char* kHelp =
     "  are skipped and listed.\n"
     "serve: streamed chat completions against a running server at each concurrency (Poisson arrivals\n"
     "  at --request-rate req/s, or all at once when 0); TTFT, inter-token latency, TPOT, end-to-end\n"
-    "  latency percentiles and throughput. Reasoning deltas count as generated tokens.\n"
+    "  latency percentiles and throughput. Reasoning deltas count as generated tokens. --endpoint\n"
+    "  completions sends raw-text /v1/completions instead (no chat format: for random-weight models).\n"
     "plot: speed per user vs cost per million tokens, one curve per layout and context, as PNG + SVG.\n"
     "\n"
     "Without --model, the built-in tiny model (random weights) is used. --gpu-price is USD per\n"
@@ -281,7 +283,8 @@ int bench_decode(const std::vector<std::string>& argv) {
 
 int bench_serve(const std::vector<std::string>& argv) {
     const cli::Args a(argv, {"url", "served-model", "api-key", "concurrency", "requests", "request-rate", "input-len",
-                             "output-len", "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed"});
+                             "output-len", "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed",
+                             "endpoint"});
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::ServeOptions o;
     o.url = a.get("url", o.url);
@@ -298,6 +301,9 @@ int bench_serve(const std::vector<std::string>& argv) {
     o.timeout_s = a.get_double("timeout", o.timeout_s);
     OSPREY_CHECK(o.timeout_s > 0 && o.timeout_s <= 86400, "--timeout must be in (0, 86400] seconds");
     o.seed = uint64_t(a.get_int("seed", 1));
+    o.endpoint = a.get("endpoint", o.endpoint);
+    OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions", "--endpoint must be 'chat' or 'completions', got '",
+                 o.endpoint, "'");
     const std::string prefix = out_prefix(a, "serve");
 
     benchtool::RunInfo info = benchtool::RunInfo::now("serve");
@@ -317,6 +323,7 @@ int bench_serve(const std::vector<std::string>& argv) {
     json::Array conc;
     for (int c : o.concurrencies) conc.push_back(c);
     settings.set("url", o.url);
+    settings.set("endpoint", o.endpoint);
     settings.set("concurrency", std::move(conc));
     settings.set("requests_per_level", o.requests_per_level);
     settings.set("request_rate", o.request_rate);
@@ -340,7 +347,7 @@ int bench_serve(const std::vector<std::string>& argv) {
     }
     const std::string md = str(
         "# osprey bench serve\n\n", benchtool::markdown_run_info(info), "- settings: ",
-        o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
+        o.endpoint == "chat" ? "/v1/chat/completions, " : "/v1/completions (raw text), ", o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
         ", prompts ~", o.input_len, " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
         benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
                                    "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "benchtool/run_info.h"
 #include "cli/command.h"
 #include "core/check.h"
 
@@ -118,7 +119,7 @@ void usage() {
     auto commands = osprey::cli::registry();
     std::sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
     for (const auto& c : commands) std::fprintf(stderr, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
-    std::fprintf(stderr, "\n`osprey <command> --help` describes a command's options.\n");
+    std::fprintf(stderr, "\n`osprey <command> --help` describes a command's options; `osprey --version` the build.\n");
 }
 }  // namespace
 
@@ -128,6 +129,10 @@ int main(int argc, char** argv) {
         return argc < 2 ? 2 : 0;
     }
     const std::string name = argv[1];
+    if (name == "--version" || name == "-V") {  // the commit benchmark reports record
+        std::printf("osprey %s\n", osprey::benchtool::build_commit().c_str());
+        return 0;
+    }
     for (const auto& c : osprey::cli::registry()) {
         if (c.name != name) continue;
         try {

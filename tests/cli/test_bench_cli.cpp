@@ -101,6 +101,10 @@ TEST_F(BenchCli, PrefillWritesJsonAndMarkdown) {
     EXPECT_NE(v.at("run").at("weight_format").as_string().find("MXFP4"), std::string::npos);
     EXPECT_EQ(v.at("run").at("checkpoint_layout").as_string(), "hf");
     EXPECT_EQ(v.at("settings").at("batch").as_int(), 1);
+    // `osprey --version` names the commit the reports record.
+    const CliRun version = osprey_run("--version", dir());
+    EXPECT_EQ(version.rc, 0);
+    EXPECT_EQ(version.out, "osprey " + v.at("run").at("commit").as_string() + "\n");
     const auto& rows = v.at("results").as_array();
     ASSERT_EQ(rows.size(), 2u);
     EXPECT_EQ(rows[0].at("prompt_tokens").as_int(), 8);
@@ -219,6 +223,7 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         {"bench plot", "needs one or more report files"},
         {"bench plot missing.json", "cannot read missing.json"},
         {"bench serve --url https://x --served-model m", "https is not supported"},
+        {"bench serve --endpoint responses --served-model m", "--endpoint must be 'chat' or 'completions', got 'responses'"},
     };
     for (const Case& c : cases) {
         const CliRun r = osprey_run(c.args, dir());
@@ -311,6 +316,21 @@ TEST_F(BenchCli, ServeAgainstARealOspreyServe) {
     const std::string md = slurp(dir() / "serve.md");
     EXPECT_NE(md.find("| concurrency | ok/failed | req/s | output tokens/s | TTFT median (ms) |"), std::string::npos);
     EXPECT_NE(md.find("\n| 2 | 3/0 | "), std::string::npos);
+    EXPECT_NE(md.find("/v1/chat/completions"), std::string::npos);
+
+    // Raw-text completions: every request's tokens stream one by one (the random tiny model never
+    // writes a Harmony header, so only this endpoint shows its per-token pace).
+    const json::Value c = report_of("bench serve --endpoint completions --url " + server.url() +
+                                        " --concurrency 2 --requests 4 --input-len 12 --output-len 8 --len-sigma 0",
+                                    "serve-completions");
+    EXPECT_EQ(c.at("settings").at("endpoint").as_string(), "completions");
+    const json::Value& row = c.at("results").as_array().at(0);
+    EXPECT_EQ(row.at("ok").as_int(), 4) << row.dump();
+    EXPECT_EQ(row.at("token_counts").as_string(), "server usage");
+    EXPECT_GT(row.at("mean_output_tokens").as_double(), 1);
+    EXPECT_LE(row.at("mean_output_tokens").as_double(), 8);
+    EXPECT_GT(row.at("tpot_s").at("median").as_double(), 0);  // tokens arrived one after another
+    EXPECT_NE(slurp(dir() / "serve-completions.md").find("/v1/completions (raw text)"), std::string::npos);
 }
 
 }  // namespace
