@@ -240,12 +240,22 @@ std::vector<std::pair<std::string, Chart>> charts_from_reports(const std::vector
         }
         return chart.series[it->second.first];
     };
+    // Reports of more than one model: every curve's label starts with the model's short name
+    // ("gpt-oss-120b shape: 36 layers, ..." -> "gpt-oss-120b").
+    auto short_model = [](const json::Value& r) {
+        const std::string m = r.at("run").at("model").as_string();
+        return m.substr(0, std::min(m.find(" shape"), m.find(':')));
+    };
+    bool several_models = false;
+    for (const json::Value& r : reports) several_models = several_models || short_model(r) != short_model(reports[0]);
     for (size_t k = 0; k < reports.size(); ++k) {
         const json::Value& r = reports[k];
         const json::Value& run = r.at("run");
         const std::string command = run.at("command").as_string();
-        const std::string layout = run.at("layout").at("label").as_string();
-        const std::string who = run.at("model").as_string() + " on " + run.at("device").as_string();
+        const std::string layout =
+            (several_models ? short_model(r) + " " : std::string()) + run.at("layout").at("label").as_string();
+        const std::string who =
+            (several_models ? short_model(r) : run.at("model").as_string()) + " on " + run.at("device").as_string();
         if (models.find(who) == std::string::npos) models += (models.empty() ? "" : "; ") + who;
         if (command == "decode") {
             for (const json::Value& row : r.at("results").as_array()) {

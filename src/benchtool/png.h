@@ -1,5 +1,6 @@
-// A PNG encoder for 8-bit RGB images: IHDR, one IDAT holding a zlib stream of stored (uncompressed)
-// deflate blocks with its Adler-32, IEND; every chunk carries its CRC-32. No compression library.
+// A PNG encoder for 8-bit RGB images: IHDR, one IDAT holding a zlib stream (one deflate block with
+// the fixed Huffman codes and LZ77 matches) with its Adler-32, IEND; every chunk carries its CRC-32.
+// No compression library.
 #pragma once
 
 #include <cstdint>

@@ -60,22 +60,74 @@ DecodedPng check_and_decode_png(const std::vector<uint8_t>& f) {
         if (seen_iend) break;
     }
     need(seen_iend && at == f.size(), "missing IEND or bytes after it");
-    // zlib stream of stored blocks.
+    // zlib stream of stored or fixed-Huffman deflate blocks (RFC 1951), inflated bit by bit.
     need(idat.size() >= 6, "IDAT too short");
     need(idat[0] == 0x78 && ((idat[0] << 8) | idat[1]) % 31 == 0 && !(idat[1] & 0x20), "bad zlib header");
     std::vector<uint8_t> raw;
-    size_t p = 2;
+    size_t bitpos = 16;
+    auto bit = [&]() -> uint32_t {
+        need(bitpos / 8 < idat.size(), "deflate stream runs past the IDAT data");
+        const uint32_t b = idat[bitpos / 8] >> (bitpos % 8) & 1u;
+        ++bitpos;
+        return b;
+    };
+    auto bits = [&](int n) {  // n bits, least significant first
+        uint32_t v = 0;
+        for (int i = 0; i < n; ++i) v |= bit() << i;
+        return v;
+    };
+    // Fixed literal/length code: read 7 bits MSB first, then extend to 8 or 9 by the code ranges.
+    auto literal_length = [&]() -> int {
+        uint32_t c = 0;
+        for (int i = 0; i < 7; ++i) c = c << 1 | bit();
+        if (c <= 0x17) return int(c) + 256;             // 7-bit codes 0000000..0010111
+        c = c << 1 | bit();
+        if (c >= 0x30 && c <= 0xBF) return int(c - 0x30);        // 8-bit 00110000..10111111 -> 0..143
+        if (c >= 0xC0 && c <= 0xC7) return int(c - 0xC0) + 280;  // 8-bit 11000000..11000111 -> 280..287
+        c = c << 1 | bit();
+        need(c >= 0x190 && c <= 0x1FF, "bad fixed literal/length code");
+        return int(c - 0x190) + 144;                              // 9-bit -> 144..255
+    };
+    static const int len_base[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99,
+                                     115, 131, 163, 195, 227, 258};
+    static const int dist_base[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769,
+                                      1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
     for (bool last = false; !last;) {
-        need(p + 5 <= idat.size(), "truncated deflate block header");
-        last = idat[p] & 1;
-        need((idat[p] >> 1 & 3) == 0, "only stored deflate blocks are expected");
-        const uint16_t n = uint16_t(idat[p + 1] | idat[p + 2] << 8), nn = uint16_t(idat[p + 3] | idat[p + 4] << 8);
-        need(uint16_t(~n) == nn, "stored block LEN/NLEN mismatch");
-        p += 5;
-        need(p + n <= idat.size(), "stored block past the end");
-        raw.insert(raw.end(), idat.begin() + long(p), idat.begin() + long(p + n));
-        p += n;
+        last = bit();
+        const uint32_t type = bits(2);
+        if (type == 0) {
+            bitpos = (bitpos + 7) / 8 * 8;
+            const size_t p = bitpos / 8;
+            need(p + 4 <= idat.size(), "truncated stored block header");
+            const uint16_t n = uint16_t(idat[p] | idat[p + 1] << 8), nn = uint16_t(idat[p + 2] | idat[p + 3] << 8);
+            need(uint16_t(~n) == nn, "stored block LEN/NLEN mismatch");
+            need(p + 4 + n <= idat.size(), "stored block past the end");
+            raw.insert(raw.end(), idat.begin() + long(p + 4), idat.begin() + long(p + 4 + n));
+            bitpos = (p + 4 + n) * 8;
+            continue;
+        }
+        need(type == 1, "only stored and fixed-Huffman deflate blocks are expected");
+        for (;;) {
+            const int v = literal_length();
+            if (v < 256) {
+                raw.push_back(uint8_t(v));
+                continue;
+            }
+            if (v == 256) break;
+            need(v <= 285, "bad length code");
+            const int li = v - 257;
+            const int extra = li < 8 || li == 28 ? 0 : (li - 4) / 4;
+            const int length = len_base[li] + int(bits(extra));
+            uint32_t dc = 0;
+            for (int i = 0; i < 5; ++i) dc = dc << 1 | bit();
+            need(dc < 30, "bad distance code");
+            const int dextra = dc < 4 ? 0 : int(dc / 2 - 1);
+            const size_t distance = size_t(dist_base[dc]) + bits(dextra);
+            need(distance <= raw.size(), "distance before the start of the data");
+            for (int k = 0; k < length; ++k) raw.push_back(raw[raw.size() - distance]);
+        }
     }
+    const size_t p = (bitpos + 7) / 8;
     need(p + 4 == idat.size(), "bytes after the Adler-32");
     uint32_t a = 1, b = 0;
     for (uint8_t x : raw) a = (a + x) % 65521, b = (b + a) % 65521;

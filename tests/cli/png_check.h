@@ -1,7 +1,7 @@
 // An independent reader of the PNGs `osprey bench plot` writes, for tests: checks the signature,
-// chunk order and every chunk's CRC-32, the IHDR fields, the zlib header, the stored deflate blocks
-// (LEN/NLEN), the Adler-32, the filter bytes, and returns the pixels. Throws std::runtime_error
-// naming the first problem.
+// chunk order and every chunk's CRC-32, the IHDR fields, the zlib header, the deflate blocks (stored
+// or fixed Huffman, inflated by its own decoder), the Adler-32, the filter bytes, and returns the
+// pixels. Throws std::runtime_error naming the first problem.
 #pragma once
 
 #include <cstdint>

@@ -41,10 +41,16 @@ TEST(Png, ChecksumsMatchKnownValues) {
 }
 
 TEST(Png, RoundTripsThroughAnIndependentReader) {
-    // 200 x 150 RGB = 90,150 bytes of scanlines: two stored blocks.
+    // 200 x 150 RGB = 90,150 bytes of scanlines: pseudo-random pixels (mostly literals), a flat band
+    // (long matches at distance 3) and rows repeated from the row above (matches at distance 601).
     const int w = 200, h = 150;
     std::vector<uint8_t> rgb(size_t(w) * h * 3);
-    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t(i * 7 + i / 600);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < rgb.size(); ++i) {
+        x = x * 1664525u + 1013904223u;
+        const size_t row = i / (size_t(w) * 3);
+        rgb[i] = row < 50 ? uint8_t(x >> 24) : row < 100 ? uint8_t(200 + i % 3) : rgb[i - size_t(w) * 3 * (row % 2)];
+    }
     const std::vector<uint8_t> png = encode_png_rgb(rgb, w, h);
     const test::DecodedPng d = test::check_and_decode_png(png);
     EXPECT_EQ(d.width, w);
@@ -101,6 +107,8 @@ TEST(Chart, PngHasTheRequestedSizeAndColouredCurves) {
     int blue = 0;
     for (size_t i = 0; i < d.rgb.size(); i += 3) blue += d.rgb[i] == 31 && d.rgb[i + 1] == 119 && d.rgb[i + 2] == 180;
     EXPECT_GT(blue, 100);  // the first series' colour, fully covered pixels
+    // Compressed: a chart is mostly background, far below its 768,400 bytes of scanlines.
+    EXPECT_LT(render_png(sample_chart(), 640, 400).size(), size_t(60000));
 }
 
 TEST(Chart, RejectsEmptyAndNonFiniteData) {
@@ -130,6 +138,15 @@ TEST(Chart, ChartsFromReportsMakeOneCurvePerLayoutAndContext) {
     const auto two = charts_from_reports({report, report});
     EXPECT_EQ(two[0].second.series.size(), 4u);
     EXPECT_EQ(two[0].second.series[2].label, "TP1 ctx 8k (file 2)");
+    // Reports of two models: the curves are named after the models.
+    json::Value other = report;
+    json::Value run = other.at("run");
+    run.set("model", "gpt-oss-120b shape: 36 layers, d_model 2880");
+    other.set("run", run);
+    const auto both = charts_from_reports({report, other});
+    ASSERT_EQ(both[0].second.series.size(), 4u);
+    EXPECT_EQ(both[0].second.series[0].label, "m TP1 ctx 8k");
+    EXPECT_EQ(both[0].second.series[2].label, "gpt-oss-120b TP1 ctx 8k");
 }
 
 }  // namespace
