@@ -124,9 +124,9 @@ void run_shape(const char* name, int n_experts) {
         const double fl1 = 2.0 * n_rows * 2 * d_ff * d_model, fl2 = 2.0 * n_rows * d_model * d_ff;
         char label[96];
         std::printf("-- %d tokens (%d routed rows, %.1f active experts on average, automatic choice: %s)\n", n_tokens,
-                    n_rows, n_active, cuda::moe_choose_kernel(n_tokens, kTopK, n_experts) == MoeKernel::gemv ? "gemv" : "gemm");
-        for (MoeKernel k : {MoeKernel::gemv, MoeKernel::gemm}) {
-            const char* kn = k == MoeKernel::gemv ? "gemv" : "gemm";
+                    n_rows, n_active, cuda::moe_kernel_name(cuda::moe_choose_kernel(n_tokens, kTopK, n_experts)));
+        for (MoeKernel k : {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm}) {
+            const char* kn = cuda::moe_kernel_name(k);
             if (k == MoeKernel::gemv && n_tokens > 1024) continue;  // far outside its regime
             std::snprintf(label, sizeof label, "%s %5d tok mlp1 %s", name, n_tokens, kn);
             bench::report(label, bench::time_us([&](int i) { mlp1(i, k); }, iters), n_active * w1_bytes + act1, fl1);

@@ -25,7 +25,7 @@ namespace {
 using cuda::MoeKernel;
 
 // Mirrors the tile constants of kernels/cuda/moe_mlp_mxfp4.cu.
-constexpr int kGemvRows = 8, kGemmRows = 128;  // routed rows per token tile
+constexpr int kGemvRows = 8, kNarrowRows = 32, kGemmRows = 128;  // routed rows per token tile
 constexpr int kGemvBM = 32, kGemmBM = 128;     // weight rows per block
 constexpr int kBK = 64;                        // k per pipeline stage
 
@@ -74,8 +74,7 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
 }
 
 void run_moe(const Shape& s, int n_tokens, MoeKernel kernel, int experts_used = 0) {
-    SCOPED_TRACE(std::string(s.name) + " tokens=" + std::to_string(n_tokens) +
-                 (kernel == MoeKernel::gemv ? " gemv" : kernel == MoeKernel::gemm ? " gemm" : " auto"));
+    SCOPED_TRACE(std::string(s.name) + " tokens=" + std::to_string(n_tokens) + " " + cuda::moe_kernel_name(kernel));
     Experts& ex = experts_for(s);
     const int top_k = 4, n_rows = n_tokens * top_k;
     const uint32_t seed = fresh_seed();
@@ -206,13 +205,13 @@ TEST_P(MoeMlp, matches_reference) {
 
 std::string name_of(const ::testing::TestParamInfo<MoeMlp::ParamType>& info) {
     const auto& [shape, n_tokens, kernel] = info.param;
-    return std::string(shape.name) + "_" + std::to_string(n_tokens) + (kernel == MoeKernel::gemv ? "_gemv" : "_gemm");
+    return std::string(shape.name) + "_" + std::to_string(n_tokens) + "_" + cuda::moe_kernel_name(kernel);
 }
 
 INSTANTIATE_TEST_SUITE_P(shapes, MoeMlp,
                          ::testing::Combine(::testing::Values(kTiny, k20b, k120b),
                                             ::testing::Values(1, 3, 8, 64, 333, 2048),
-                                            ::testing::Values(MoeKernel::gemv, MoeKernel::gemm)),
+                                            ::testing::Values(MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm)),
                          name_of);
 
 // Rows per expert around the token-tile sizes (less than one, one, one plus a remainder, several),
@@ -220,18 +219,27 @@ INSTANTIATE_TEST_SUITE_P(shapes, MoeMlp,
 TEST(MoeMlpTiles, gemv_tile_edges) {
     for (int n : {kGemvRows - 1, kGemvRows, kGemvRows + 1, 3 * kGemvRows + 5}) run_moe(k20b, n, MoeKernel::gemv, 4);
 }
+TEST(MoeMlpTiles, narrow_tile_edges) {
+    for (int n : {kNarrowRows - 1, kNarrowRows, kNarrowRows + 1, 2 * kNarrowRows + 7})
+        run_moe(k20b, n, MoeKernel::narrow, 4);
+}
 TEST(MoeMlpTiles, gemm_tile_edges) {
     for (int n : {kGemmRows - 1, kGemmRows, kGemmRows + 1, 2 * kGemmRows + 7}) run_moe(k20b, n, MoeKernel::gemm, 4);
 }
 TEST(MoeMlpTiles, partial_weight_blocks_and_short_k) {
     static_assert(kEdges.d_model % kGemvBM == 0 && kEdges.d_model % kGemmBM != 0);
-    for (MoeKernel k : {MoeKernel::gemv, MoeKernel::gemm})
+    for (MoeKernel k : {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm})
         for (int n : {1, 5, 300}) run_moe(kEdges, n, k);
 }
 TEST(MoeMlpTiles, automatic_choice) {
     EXPECT_EQ(cuda::moe_choose_kernel(1, 4, 32), MoeKernel::gemv);
+    EXPECT_EQ(cuda::moe_choose_kernel(128, 4, 32), MoeKernel::gemv);     // 16 rows per expert
+    EXPECT_EQ(cuda::moe_choose_kernel(129, 4, 32), MoeKernel::narrow);   // just above
+    EXPECT_EQ(cuda::moe_choose_kernel(512, 4, 32), MoeKernel::narrow);   // 64
+    EXPECT_EQ(cuda::moe_choose_kernel(513, 4, 32), MoeKernel::gemm);
+    EXPECT_EQ(cuda::moe_choose_kernel(1024, 4, 128), MoeKernel::narrow);  // 120b, 1k prefill
     EXPECT_EQ(cuda::moe_choose_kernel(8192, 4, 32), MoeKernel::gemm);
-    for (int n : {1, 64, 1500}) run_moe(k20b, n, MoeKernel::automatic);
+    for (int n : {1, 64, 300, 1500}) run_moe(k20b, n, MoeKernel::automatic);
 }
 
 TEST(MoeMlpErrors, rejects_bad_shapes) {

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/attention_kv.cuh"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -84,155 +86,173 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
 
 namespace {
 
-constexpr int kThreads = 128;
+constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kD = kAttnHeadDim;
-constexpr int kKStride = kD + 1;  // pad K rows so lanes reading K[lane][d] hit distinct banks
+constexpr int kTile = kAttnKeyTile;  // 64 keys per tile, 16 per warp
+constexpr int kStride = kD + 8;      // bf16 per smem row: 144 bytes, ldmatrix conflict-free
+constexpr int kStages = 3;           // tiles in shared memory: two in flight while one is computed
+static_assert(kTile == kWarps * 16 && kD == 64 && kAttnGroup == 8);
 
-template <int kQ>
-constexpr size_t smem_bytes() {
-    return sizeof(float) * (size_t(kQ) * kAttnGroup * kD + kAttnKeyTile * kKStride + kAttnKeyTile * kD);
-}
+constexpr size_t decode_smem_bytes() { return size_t(kStages) * 2 * kTile * kStride * sizeof(__nv_bfloat16); }
+static_assert(decode_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD + 2));  // reused for the merge
 
-// The decode kernel (kQ = 1; prefill items run on tensor cores in attention_prefill.cu).
-// One CTA = one item x one KV head: kQ query tokens x kGroup heads = kRows query rows. Warp w owns
-// rows [w * kRowsPerWarp, (w + 1) * kRowsPerWarp); within a key tile lane l scores keys l and l + 32
-// and accumulates output dims 2l, 2l + 1.
-template <int kQ>
-__global__ void __launch_bounds__(kThreads) attention_kernel(const AttnArgs a, const AttnItem* items) {
-    constexpr int kRows = kQ * kAttnGroup;
-    constexpr int kRowsPerWarp = kRows / kWarps;
-    static_assert(kRows % kWarps == 0);
-    extern __shared__ float smem[];
-    float* q_s = smem;                          // [kRows, kD]
-    float* k_s = q_s + kRows * kD;              // [kKeyTile, kKStride]
-    float* v_s = k_s + kAttnKeyTile * kKStride; // [kKeyTile, kD]
+// The decode kernel: one CTA = one decode item (one token, a range of its keys) x one KV head, on
+// tensor cores. The 8 query heads of the group are the rows of a 16-row mma fragment (rows 8-15 are
+// zero); key tiles of 64 stream through a 3-stage cp.async pipeline, and warp w takes keys
+// [16w, 16w + 16) of every tile with its own online softmax (S and P stay in registers, P rounded to
+// bf16 for P·V, FP32 accumulators). At the end the 4 warps' (max, sum, output) are merged through
+// shared memory, then normalised with the sink (partial < 0) or written as a partial for the merge
+// kernel. Memory-bound: the CTA keeps 32 KB of K/V in flight.
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnArgs a, const AttnItem* items) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kTile][kStride]
+    __nv_bfloat16* v_s = k_s + kStages * kTile * kStride;
 
     const AttnItem it = items[blockIdx.x];
     const int g = blockIdx.y;
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
-    const __nv_bfloat16* qkv = reinterpret_cast<const __nv_bfloat16*>(a.qkv);
+    const int h = lane / 4, c = 2 * (lane % 4);  // this lane's fragment row (query head in the group), column pair
+    const int p = it.pos0;
 
-    // Query rows, pre-scaled by 1/sqrt(64) = 0.125 (exact).
-    for (int idx = threadIdx.x; idx < kRows * kD / 8; idx += kThreads) {
-        const int r = idx / (kD / 8), part = idx % (kD / 8);
-        const int tq = r / kAttnGroup, h = r % kAttnGroup;
-        float f[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (tq < it.n_q) {
-            const uint4 u = *reinterpret_cast<const uint4*>(qkv + size_t(it.q_token + tq) * a.ld_qkv +
-                                                            (g * kAttnGroup + h) * kD + part * 8);
-            bf16x8_to_float(u, f);
-        }
+    // Q fragments (A operand, rows = heads), scaled by 1/sqrt(64) = 0.125 (exact in bf16).
+    uint32_t qf[4][4];
+    {
+        const __nv_bfloat16* q =
+            reinterpret_cast<const __nv_bfloat16*>(a.qkv) + size_t(it.q_token) * a.ld_qkv + (g * kAttnGroup + h) * kD;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) q_s[r * kD + part * 8 + e] = f[e] * 0.125f;
+        for (int ks = 0; ks < 4; ++ks) {
+            const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(q + ks * 16 + c);
+            const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(q + ks * 16 + c + 8);
+            qf[ks][0] = pack_bf16(__low2float(lo) * 0.125f, __high2float(lo) * 0.125f);
+            qf[ks][1] = 0;
+            qf[ks][2] = pack_bf16(__low2float(hi) * 0.125f, __high2float(hi) * 0.125f);
+            qf[ks][3] = 0;
+        }
     }
 
-    float m[kRowsPerWarp], l[kRowsPerWarp], acc0[kRowsPerWarp], acc1[kRowsPerWarp];
+    const int n_tiles = it.key_end > it.key_begin ? (it.key_end - it.key_begin + kTile - 1) / kTile : 0;
+    auto load_tile = [&](int t) {
+        const int kt = it.key_begin + t * kTile;
+        __nv_bfloat16* ks = k_s + (t % kStages) * kTile * kStride;
+        __nv_bfloat16* vs = v_s + (t % kStages) * kTile * kStride;
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) m[i] = -INFINITY, l[i] = 0.f, acc0[i] = 0.f, acc1[i] = 0.f;
-
-    const int k_col = a.n_q_heads * kD + g * kD;
-    const int v_col = (a.n_q_heads + a.n_kv_heads) * kD + g * kD;
-    for (int kt = it.key_begin; kt < it.key_end; kt += kAttnKeyTile) {
-        __syncthreads();  // previous tile fully consumed (and q_s written, first time)
-        for (int idx = threadIdx.x; idx < kAttnKeyTile * kD / 8; idx += kThreads) {
+        for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += kThreads) {
             const int key = idx / (kD / 8), part = idx % (kD / 8);
             const int j = kt + key;
-            float kf[8] = {0, 0, 0, 0, 0, 0, 0, 0}, vf[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            if (j < it.key_end) {
-                const __nv_bfloat16 *kp, *vp;
-                if (j >= it.slice_start_pos) {
-                    const size_t row = size_t(it.slice_first_token + j - it.slice_start_pos) * a.ld_qkv;
-                    kp = qkv + row + k_col, vp = qkv + row + v_col;
-                } else {
-                    const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
-                    const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD;
-                    kp = reinterpret_cast<const __nv_bfloat16*>(a.k_cache) + off;
-                    vp = reinterpret_cast<const __nv_bfloat16*>(a.v_cache) + off;
-                }
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(kp + part * 8), kf);
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(vp + part * 8), vf);
-            }
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-                k_s[key * kKStride + part * 8 + e] = kf[e];
-                v_s[key * kD + part * 8 + e] = vf[e];
-            }
+            const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16*>(a.k_cache), *vp = kp;
+            const bool valid = j < it.key_end;
+            if (valid) attention_kv_rows(a, it, g, j, kp, vp);
+            cp_async16(ks + key * kStride + part * 8, kp + part * 8, valid);  // zero-filled past the end
+            cp_async16(vs + key * kStride + part * 8, vp + part * 8, valid);
         }
-        __syncthreads();
-
-        float s0[kRowsPerWarp], s1[kRowsPerWarp];
+    };
 #pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) s0[i] = 0.f, s1[i] = 0.f;
-#pragma unroll 8
-        for (int d = 0; d < kD; ++d) {
-            const float k0 = k_s[lane * kKStride + d], k1 = k_s[(lane + 32) * kKStride + d];
-#pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i) {
-                const float qv = q_s[(warp * kRowsPerWarp + i) * kD + d];
-                s0[i] = fmaf(qv, k0, s0[i]);
-                s1[i] = fmaf(qv, k1, s1[i]);
-            }
-        }
-        const int j0 = kt + lane, j1 = kt + lane + 32;
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-            const int p = it.pos0 + (warp * kRowsPerWarp + i) / kAttnGroup;
-            const bool ok0 = j0 < it.key_end && j0 <= p && (a.window == 0 || p - j0 < a.window);
-            const bool ok1 = j1 < it.key_end && j1 <= p && (a.window == 0 || p - j1 < a.window);
-            const float z0 = ok0 ? s0[i] : -INFINITY, z1 = ok1 ? s1[i] : -INFINITY;
-            const float m_new = fmaxf(m[i], warp_reduce_max(fmaxf(z0, z1)));
-            if (m_new == -INFINITY) {
-                s0[i] = 0.f, s1[i] = 0.f;  // nothing allowed yet for this row
-                continue;
-            }
-            const float corr = expf(m[i] - m_new);
-            s0[i] = expf(z0 - m_new), s1[i] = expf(z1 - m_new);
-            l[i] = l[i] * corr + warp_reduce_sum(s0[i] + s1[i]);
-            acc0[i] *= corr, acc1[i] *= corr;
-            m[i] = m_new;
-        }
-#pragma unroll 4
-        for (int k = 0; k < 32; ++k) {
-            const float2 v = *reinterpret_cast<const float2*>(&v_s[k * kD + 2 * lane]);
-#pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i) {
-                const float pk = __shfl_sync(0xffffffffu, s0[i], k);
-                acc0[i] = fmaf(pk, v.x, acc0[i]);
-                acc1[i] = fmaf(pk, v.y, acc1[i]);
-            }
-        }
-#pragma unroll 4
-        for (int k = 0; k < 32; ++k) {
-            const float2 v = *reinterpret_cast<const float2*>(&v_s[(k + 32) * kD + 2 * lane]);
-#pragma unroll
-            for (int i = 0; i < kRowsPerWarp; ++i) {
-                const float pk = __shfl_sync(0xffffffffu, s1[i], k);
-                acc0[i] = fmaf(pk, v.x, acc0[i]);
-                acc1[i] = fmaf(pk, v.y, acc1[i]);
-            }
-        }
+    for (int t = 0; t < kStages - 1; ++t) {
+        if (t < n_tiles) load_tile(t);
+        cp_async_commit();
     }
 
+    float m = -INFINITY, l = 0.f;  // this warp's running max and (per-lane partial) sum for row h
+    float o[8][4];
 #pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-        const int r = warp * kRowsPerWarp + i;
-        const int tq = r / kAttnGroup, h = r % kAttnGroup;
-        if (tq >= it.n_q) continue;
-        const int head = g * kAttnGroup + h;
-        if (it.partial < 0) {
-            const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
-            const float mf = fmaxf(m[i], sink);
-            const float keep = expf(m[i] - mf);
-            const float scale = keep / (l[i] * keep + expf(sink - mf));
-            __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(a.out + size_t(it.q_token + tq) * a.ld_out +
-                                                                  head * kD) + lane;
-            *o = __floats2bfloat162_rn(acc0[i] * scale, acc1[i] * scale);
-        } else {
-            const size_t pidx = (size_t(it.partial) * a.n_kv_heads + g) * kAttnGroup + h;
-            *reinterpret_cast<float2*>(a.partial_acc + pidx * kD + 2 * lane) = make_float2(acc0[i], acc1[i]);
-            if (lane == 0) a.partial_ml[pidx] = make_float2(m[i], l[i]);
+    for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+
+    for (int t = 0; t < n_tiles; ++t) {
+        cp_async_wait<kStages - 2>();  // this thread's copies of tile t have landed
+        __syncthreads();               // everyone's; and the stage tile t + 2 reuses is consumed
+        if (t + kStages - 1 < n_tiles) load_tile(t + kStages - 1);
+        cp_async_commit();
+
+        const __nv_bfloat16* ks = k_s + (t % kStages) * kTile * kStride + warp * 16 * kStride;
+        const __nv_bfloat16* vs = v_s + (t % kStages) * kTile * kStride + warp * 16 * kStride;
+        const int i = lane / 8;
+        // S = Q · Kᵀ for this warp's 16 keys: two n-tiles of 8 keys, 4 k-steps of 16 dims.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int kstep = 0; kstep < 4; ++kstep) {
+            uint32_t b[4];
+            ldmatrix_x4(b, &ks[((i / 2) * 8 + lane % 8) * kStride + kstep * 16 + (i % 2) * 8]);
+            mma_bf16(s[0], qf[kstep], b[0], b[1]);
+            mma_bf16(s[1], qf[kstep], b[2], b[3]);
         }
+        // Mask and online softmax of row h (the quad of lanes 4h..4h+3 holds its 16 scores).
+        const int j0 = it.key_begin + t * kTile + warp * 16 + c;
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = j0 + nt * 8 + e;
+                const bool ok = j < it.key_end && j <= p && (a.window == 0 || p - j < a.window);
+                s[nt][e] = ok ? s[nt][e] : -INFINITY;
+                tmax = fmaxf(tmax, s[nt][e]);
+            }
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float m_new = fmaxf(m, tmax);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        const float corr = expf(m - base);
+        m = m_new;
+        float pr[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) pr[nt][0] = expf(s[nt][0] - base), pr[nt][1] = expf(s[nt][1] - base);
+        l = l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) o[nt][0] *= corr, o[nt][1] *= corr;
+        // O += P · V over the 16 keys (one k-step); rows 8-15 of P are zero.
+        const uint32_t pa[4] = {pack_bf16(pr[0][0], pr[0][1]), 0u, pack_bf16(pr[1][0], pr[1][1]), 0u};
+#pragma unroll
+        for (int dp = 0; dp < 4; ++dp) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &vs[((i % 2) * 8 + lane % 8) * kStride + dp * 16 + (i / 2) * 8]);
+            mma_bf16(o[2 * dp], pa, b[0], b[1]);
+            mma_bf16(o[2 * dp + 1], pa, b[2], b[3]);
+        }
+    }
+    cp_async_wait_all();
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+    // Merge the 4 warps through shared memory: red_o [warp][head][64], red_ml [warp][head] (max, sum).
+    __syncthreads();  // every warp is done with the K/V stages
+    float* red_o = reinterpret_cast<float*>(smem_raw);
+    float2* red_ml = reinterpret_cast<float2*>(red_o + kWarps * kAttnGroup * kD);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+        *reinterpret_cast<float2*>(&red_o[(warp * kAttnGroup + h) * kD + nt * 8 + c]) = make_float2(o[nt][0], o[nt][1]);
+    if (lane % 4 == 0) red_ml[warp * kAttnGroup + h] = make_float2(m, l);
+    __syncthreads();
+
+    const int row = threadIdx.x / 16, d4 = (threadIdx.x % 16) * 4;  // 8 heads x 16 groups of 4 dims
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_ml[w * kAttnGroup + row].x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float2 ml = red_ml[w * kAttnGroup + row];
+            const float wt = expf(ml.x - mx);  // 0 for a warp that saw no allowed key
+            sum += ml.y * wt;
+            const float4 v = *reinterpret_cast<const float4*>(&red_o[(w * kAttnGroup + row) * kD + d4]);
+            acc[0] += v.x * wt, acc[1] += v.y * wt, acc[2] += v.z * wt, acc[3] += v.w * wt;
+        }
+    }
+    const int head = g * kAttnGroup + row;
+    if (it.partial < 0) {
+        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
+        const float mf = fmaxf(mx, sink);
+        const float keep = expf(mx - mf);
+        const float scale = keep / (sum * keep + expf(sink - mf));
+        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(it.q_token) * a.ld_out + head * kD + d4);
+        out[0] = pack_bf16(acc[0] * scale, acc[1] * scale);
+        out[1] = pack_bf16(acc[2] * scale, acc[3] * scale);
+    } else {
+        const size_t pidx = (size_t(it.partial) * a.n_kv_heads + g) * kAttnGroup + row;
+        *reinterpret_cast<float4*>(a.partial_acc + pidx * kD + d4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        if (d4 == 0) a.partial_ml[pidx] = make_float2(mx, sum);
     }
 }
 
@@ -262,11 +282,9 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
     *o = __floats2bfloat162_rn(o0 / den, o1 / den);
 }
 
-template <int kQ>
-void launch_items(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
+void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
     if (n_items == 0) return;
-    constexpr size_t smem = smem_bytes<kQ>();
-    attention_kernel<kQ><<<dim3(n_items, a.n_kv_heads), kThreads, smem, stream>>>(a, items);
+    attention_decode_kernel<<<dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream>>>(a, items);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -274,8 +292,8 @@ void launch_items(const AttnArgs& a, const AttnItem* items, int n_items, cudaStr
 
 void attention_configure() {
     static const bool done = [] {
-        CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_bytes<1>())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(decode_smem_bytes())));
         return true;
     }();
     (void)done;
@@ -294,7 +312,7 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
                  "attention: cache rows ", a.rows, " for window ", a.window);
     OSPREY_CHECK(a.ring || a.page_table, "attention: paged layer without a page table");
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
-    launch_items<1>(a, plan.decode, plan.n_decode, stream);
+    launch_decode(a, plan.decode, plan.n_decode, stream);
     attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // tensor cores (attention_prefill.cu)
     if (plan.n_merges > 0) {
         attention_merge_kernel<<<dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream>>>(a, plan.merges);

@@ -17,9 +17,11 @@
 // Work decomposition (plan_attention): a decode token (slice of one token) is one item per KV
 // head and KV split; long contexts are split over the KV length so that the grid fills the GPU,
 // each split writes an unnormalised partial (running max, sum, accumulator) and a merge kernel
-// combines the partials, adding the sink's exp(s - m) to the denominator exactly once (FP32 SIMT
-// kernel). Prefill slices are cut into items of kPrefillTokens consecutive query tokens (no split),
-// run on tensor cores (attention_prefill.h).
+// combines the partials, adding the sink's exp(s - m) to the denominator exactly once. Decode items
+// run on tensor cores with the group's 8 query heads as the rows of one mma fragment and a cp.async
+// pipeline over key tiles (attention.cu). Prefill slices are cut into items of kPrefillTokens
+// consecutive query tokens (no split), also on tensor cores (attention_prefill.h). Both round the
+// softmax weights to bf16 before P·V (FP32 scores, sums and accumulators).
 #pragma once
 
 #include <cuda_runtime.h>

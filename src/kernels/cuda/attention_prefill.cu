@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/attention_kv.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -17,39 +19,6 @@ constexpr int kRows = kPrefillTokens * kAttnGroup;  // 64 query rows per CTA
 constexpr int kTile = kAttnKeyTile;                 // 64 keys per tile
 constexpr int kStride = kD + 8;                     // bf16 per smem row: 144 bytes, ldmatrix conflict-free
 static_assert(kRows == 4 * 16 && kD == 64 && kTile == 64);
-
-__device__ inline uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-
-// c[16x8] += a[16x16] · b[16x8], BF16 in, FP32 accumulate.
-__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline void cp_async16(void* smem, const void* gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(smem)), "l"(gmem));
-}
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
-
-__device__ inline uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&h);
-}
 
 // Row r of the CTA is query token r / 8 (of the item) and head g * 8 + r % 8. Warp w owns rows
 // [16w, 16w + 16) = tokens 2w (fragment rows 0-7) and 2w + 1 (rows 8-15), all 8 heads each.
@@ -93,11 +62,6 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const AttnA
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
 
-    const int k_col = a.n_q_heads * kD + g * kD;
-    const int v_col = (a.n_q_heads + a.n_kv_heads) * kD + g * kD;
-    const __nv_bfloat16* k_cache = reinterpret_cast<const __nv_bfloat16*>(a.k_cache);
-    const __nv_bfloat16* v_cache = reinterpret_cast<const __nv_bfloat16*>(a.v_cache);
-
     for (int kt = it.key_begin; kt < it.key_end; kt += kTile) {
         __syncthreads();  // the previous tile is consumed
         for (int idx = threadIdx.x; idx < kTile * kD / 8; idx += kThreads) {
@@ -107,14 +71,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const AttnA
             __nv_bfloat16* vs = &v_s[key * kStride + part * 8];
             if (j < it.key_end) {
                 const __nv_bfloat16 *kp, *vp;
-                if (j >= it.slice_start_pos) {
-                    const size_t row = size_t(it.slice_first_token + j - it.slice_start_pos) * a.ld_qkv;
-                    kp = qkv + row + k_col, vp = qkv + row + v_col;
-                } else {
-                    const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
-                    const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD;
-                    kp = k_cache + off, vp = v_cache + off;
-                }
+                attention_kv_rows(a, it, g, j, kp, vp);
                 cp_async16(ks, kp + part * 8);
                 cp_async16(vs, vp + part * 8);
             } else {

@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -71,6 +72,12 @@ using GemvConfig = Config<OSPREY_MOE_GEMV_CONFIG>;
 #define OSPREY_MOE_GEMM_CONFIG 4, 2, 1, 2, 128, 4, 2
 #endif
 using GemmConfig = Config<OSPREY_MOE_GEMM_CONFIG>;
+// Between the two: 32 routed rows per token tile (16-64 rows per expert would leave most of a
+// 128-row tile empty), 128 weight rows per block, K split 2 ways for more warps in flight.
+#ifndef OSPREY_MOE_NARROW_CONFIG
+#define OSPREY_MOE_NARROW_CONFIG 4, 1, 2, 2, 32, 4, 2
+#endif
+using NarrowConfig = Config<OSPREY_MOE_NARROW_CONFIG>;
 
 enum class Proj { mlp1, mlp2 };
 
@@ -85,25 +92,6 @@ struct KernelArgs {
     int n_experts, top_k, n_in, n_out, n_groups;
     float alpha, limit;
 };
-
-__device__ inline void cp_async16(void* smem, const void* gmem, bool valid) {
-    const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ inline void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ inline void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     uint32_t r;
@@ -441,9 +429,33 @@ void check_common(const char* what, const Mxfp4Experts& w, const int32_t* offset
 
 }  // namespace
 
+const char* moe_kernel_name(MoeKernel k) {
+    switch (k) {
+        case MoeKernel::automatic: return "auto";
+        case MoeKernel::gemv: return "gemv";
+        case MoeKernel::narrow: return "narrow";
+        case MoeKernel::gemm: return "gemm";
+    }
+    return "?";
+}
+
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts) {
-    return int64_t(n_tokens) * top_k <= int64_t(kMoeGemvMaxRowsPerExpert) * n_experts ? MoeKernel::gemv
-                                                                                        : MoeKernel::gemm;
+    const int64_t rows = int64_t(n_tokens) * top_k;
+    if (rows <= int64_t(kMoeGemvMaxRowsPerExpert) * n_experts) return MoeKernel::gemv;
+    if (rows <= int64_t(kMoeNarrowMaxRowsPerExpert) * n_experts) return MoeKernel::narrow;
+    return MoeKernel::gemm;
+}
+
+// The launch of one projection with the tiling `kind` (automatic resolved by the caller).
+template <Proj kProj>
+void launch_kind(MoeKernel kind, const KernelArgs& k, int n_routed, cudaStream_t stream) {
+    switch (kind) {
+        case MoeKernel::gemv: launch<GemvConfig, kProj>(k, n_routed, stream); return;
+        case MoeKernel::narrow: launch<NarrowConfig, kProj>(k, n_routed, stream); return;
+        case MoeKernel::gemm: launch<GemmConfig, kProj>(k, n_routed, stream); return;
+        case MoeKernel::automatic: break;
+    }
+    OSPREY_FAIL("moe mlp: unresolved kernel choice");
 }
 
 void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream) {
@@ -455,12 +467,7 @@ void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream) {
                        reinterpret_cast<const __nv_bfloat16*>(a.x), a.u, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_model, 2 * a.d_ff, a.d_model / 32, a.swiglu_alpha, a.swiglu_limit};
     const MoeKernel kind = a.kernel == MoeKernel::automatic ? moe_choose_kernel(a.n_tokens, a.top_k, a.n_experts) : a.kernel;
-    const int n_routed = a.n_tokens * a.top_k;
-    if (kind == MoeKernel::gemv) {
-        launch<GemvConfig, Proj::mlp1>(k, n_routed, stream);
-    } else {
-        launch<GemmConfig, Proj::mlp1>(k, n_routed, stream);
-    }
+    launch_kind<Proj::mlp1>(kind, k, a.n_tokens * a.top_k, stream);
 }
 
 void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream) {
@@ -472,12 +479,7 @@ void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream) {
                        reinterpret_cast<const __nv_bfloat16*>(a.u), a.y, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_ff, a.d_model, a.d_ff / 32, 0.0f, 0.0f};
     const MoeKernel kind = a.kernel == MoeKernel::automatic ? moe_choose_kernel(a.n_tokens, a.top_k, a.n_experts) : a.kernel;
-    const int n_routed = a.n_tokens * a.top_k;
-    if (kind == MoeKernel::gemv) {
-        launch<GemvConfig, Proj::mlp2>(k, n_routed, stream);
-    } else {
-        launch<GemmConfig, Proj::mlp2>(k, n_routed, stream);
-    }
+    launch_kind<Proj::mlp2>(kind, k, a.n_tokens * a.top_k, stream);
 }
 
 }  // namespace osprey::cuda

@@ -42,15 +42,19 @@ struct Mxfp4Experts {
     const bf16* bias = nullptr;       // [n_experts, n_out]
 };
 
-enum class MoeKernel { automatic, gemv, gemm };
+enum class MoeKernel { automatic, gemv, narrow, gemm };
+const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm"
 
-// The gemv configuration while the batch gives at most kMoeGemvMaxRowsPerExpert routed rows per
-// expert on average (n_tokens * top_k / n_experts), the gemm one above. Measured on the H200
-// (bench/bench_moe.cu, mlp1 + mlp2): 20b 128 tokens (16 rows/expert) gemv 503 us vs gemm 777 us;
-// 20b 256 tokens (32 rows/expert) gemv 897 us vs gemm 799 us; 120b 256 tokens (8 rows/expert) gemv
-// 1233 us vs gemm 2962 us; 120b 1024 tokens (32 rows/expert) gemv 3725 us vs gemm 3088 us.
-// 20b: gemv up to 128 tokens; 120b: up to 512.
+// Three tilings of one kernel, chosen by the average routed rows per expert (n_tokens * top_k /
+// n_experts): gemv (8 routed rows per token tile) up to kMoeGemvMaxRowsPerExpert, narrow (32 routed
+// rows per tile, for 16-64 rows per expert where gemm's 128-row tiles are mostly padding) up to
+// kMoeNarrowMaxRowsPerExpert, gemm (128) above. Measured on the H200 (bench/bench_moe.cu, mlp1 +
+// mlp2) before the narrow tiling existed: 20b 128 tokens (16 rows/expert) gemv 503 us vs gemm
+// 777 us; 20b 256 tokens (32 rows/expert) gemv 897 us vs gemm 799 us; 120b 256 tokens (8
+// rows/expert) gemv 1233 us vs gemm 2962 us; 120b 1024 tokens (32 rows/expert) gemv 3725 us vs
+// gemm 3088 us. See docs/performance.md for the narrow tiling's numbers.
 inline constexpr int kMoeGemvMaxRowsPerExpert = 16;
+inline constexpr int kMoeNarrowMaxRowsPerExpert = 64;
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
 
 // Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units

@@ -1,0 +1,29 @@
+// Where the decode and prefill attention kernels find the K and V rows of a key (attention.h).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/attention.h"
+
+namespace osprey::cuda {
+
+// K and V rows (kAttnHeadDim bf16 each) of key position j for KV head g of item `it`: the step's own
+// rows in qkv for positions the step computes (j >= the slice's start, not stored in the cache yet),
+// else the cache row of the item's ring slot or of the page holding j.
+__device__ inline void attention_kv_rows(const AttnArgs& a, const AttnItem& it, int g, int j,
+                                         const __nv_bfloat16*& kp, const __nv_bfloat16*& vp) {
+    constexpr int kD = kAttnHeadDim;
+    if (j >= it.slice_start_pos) {
+        const __nv_bfloat16* row =
+            reinterpret_cast<const __nv_bfloat16*>(a.qkv) + size_t(it.slice_first_token + j - it.slice_start_pos) * a.ld_qkv;
+        kp = row + a.n_q_heads * kD + g * kD;
+        vp = row + (a.n_q_heads + a.n_kv_heads) * kD + g * kD;
+    } else {
+        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
+        const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD;
+        kp = reinterpret_cast<const __nv_bfloat16*>(a.k_cache) + off;
+        vp = reinterpret_cast<const __nv_bfloat16*>(a.v_cache) + off;
+    }
+}
+
+}  // namespace osprey::cuda
