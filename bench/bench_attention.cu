@@ -69,6 +69,7 @@ void run(const char* what, int batch, int context, int n_new, int window) {
 int main() {
     for (int ctx : {1024, 8192, 32768, 131071}) run("attn decode", 1, ctx, 1, 0);
     for (int ctx : {1024, 8192}) run("attn decode", 64, ctx, 1, 0);
+    run("attn decode", 128, 32768, 1, 0);  // gpt-oss-20b decode at its largest benchmarked batch
     run("attn decode", 1, 8192, 1, 128);
     run("attn decode", 64, 8192, 1, 128);
     run("attn prefill", 1, 0, 1024, 0);
