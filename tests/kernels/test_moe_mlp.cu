@@ -233,11 +233,12 @@ TEST(MoeMlpTiles, partial_weight_blocks_and_short_k) {
 }
 TEST(MoeMlpTiles, automatic_choice) {
     EXPECT_EQ(cuda::moe_choose_kernel(1, 4, 32), MoeKernel::gemv);
-    EXPECT_EQ(cuda::moe_choose_kernel(128, 4, 32), MoeKernel::gemv);     // 16 rows per expert
-    EXPECT_EQ(cuda::moe_choose_kernel(129, 4, 32), MoeKernel::narrow);   // just above
-    EXPECT_EQ(cuda::moe_choose_kernel(512, 4, 32), MoeKernel::narrow);   // 64
-    EXPECT_EQ(cuda::moe_choose_kernel(513, 4, 32), MoeKernel::gemm);
-    EXPECT_EQ(cuda::moe_choose_kernel(1024, 4, 128), MoeKernel::narrow);  // 120b, 1k prefill
+    EXPECT_EQ(cuda::moe_choose_kernel(32, 4, 32), MoeKernel::gemv);      // 4 rows per expert
+    EXPECT_EQ(cuda::moe_choose_kernel(33, 4, 32), MoeKernel::narrow);    // just above
+    EXPECT_EQ(cuda::moe_choose_kernel(1024, 4, 32), MoeKernel::narrow);  // 128
+    EXPECT_EQ(cuda::moe_choose_kernel(1025, 4, 32), MoeKernel::gemm);
+    EXPECT_EQ(cuda::moe_choose_kernel(128, 4, 128), MoeKernel::gemv);    // 120b decode, batch 128
+    EXPECT_EQ(cuda::moe_choose_kernel(1024, 4, 128), MoeKernel::narrow); // 120b, 1k prefill
     EXPECT_EQ(cuda::moe_choose_kernel(8192, 4, 32), MoeKernel::gemm);
     for (int n : {1, 64, 300, 1500}) run_moe(k20b, n, MoeKernel::automatic);
 }

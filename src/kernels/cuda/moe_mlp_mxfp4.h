@@ -47,14 +47,18 @@ const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm"
 
 // Three tilings of one kernel, chosen by the average routed rows per expert (n_tokens * top_k /
 // n_experts): gemv (8 routed rows per token tile) up to kMoeGemvMaxRowsPerExpert, narrow (32 routed
-// rows per tile, for 16-64 rows per expert where gemm's 128-row tiles are mostly padding) up to
-// kMoeNarrowMaxRowsPerExpert, gemm (128) above. Measured on the H200 (bench/bench_moe.cu, mlp1 +
-// mlp2) before the narrow tiling existed: 20b 128 tokens (16 rows/expert) gemv 503 us vs gemm
-// 777 us; 20b 256 tokens (32 rows/expert) gemv 897 us vs gemm 799 us; 120b 256 tokens (8
-// rows/expert) gemv 1233 us vs gemm 2962 us; 120b 1024 tokens (32 rows/expert) gemv 3725 us vs
-// gemm 3088 us. See docs/performance.md for the narrow tiling's numbers.
-inline constexpr int kMoeGemvMaxRowsPerExpert = 16;
-inline constexpr int kMoeNarrowMaxRowsPerExpert = 64;
+// rows per tile) up to kMoeNarrowMaxRowsPerExpert, gemm (128) above. Measured on the H200
+// (bench/bench_moe.cu, mlp1 + mlp2 summed, commit 8642e48; "-": not measured):
+//   rows/expert   20b: gemv / narrow / gemm (us)       120b: gemv / narrow / gemm (us)
+//   0.25-1        152 / 204 / 551 (8 tokens)            205 / 269 / 721 (8 tokens)
+//   4             -                                     856 / 1053 / 2889 (128 tokens)
+//   8             317 / 289 / 774 (64 tokens)           1234 / 1109 / 2961 (256 tokens)
+//   16            511 / 297 / 783 (128 tokens)          -
+//   32            910 / 432 / 805 (256 tokens)          3705 / 1654 / 3087 (1024 tokens)
+//   128           3282 / 1299 / 1279 (1024 tokens)      -
+//   256-1024      - / 9303 / 7319 (8192 tokens)         - / 9681 / 8283 (8192 tokens)
+inline constexpr int kMoeGemvMaxRowsPerExpert = 4;
+inline constexpr int kMoeNarrowMaxRowsPerExpert = 128;
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
 
 // Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units
