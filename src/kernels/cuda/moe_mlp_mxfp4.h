@@ -14,12 +14,14 @@
 //   -> moe_combine (into the residual).
 //
 // Both projections run on tensor cores (mma.sync m16n8k16, BF16 in, FP32 accumulate) with the
-// weight rows as the M dimension and the routed rows of one expert as N, in two configurations:
-//   gemv: 8 routed rows per tile, 32 weight rows per block, K split over 4 warps. For decode and
-//         small batches, where the step is bound by streaming each active expert's weights
-//         (4.25 bits/weight) once.
-//   gemm: 128 routed rows x 128 weight rows per block. For prefill-sized batches, where the tensor
-//         cores are the limit.
+// weight rows as the M dimension and the routed rows of one expert as N, in three configurations:
+//   gemv:   8 routed rows per tile, 32 weight rows per block, K split over 4 warps. For decode and
+//           small batches, where the step is bound by streaming each active expert's weights
+//           (4.25 bits/weight) once.
+//   narrow: 32 routed rows x 128 weight rows per block, K split over 2. Batched decode and short
+//           prefills (5-128 rows per expert).
+//   gemm:   128 routed rows x 128 weight rows per block. For prefill-sized batches, where the tensor
+//           cores are the limit.
 // moe_choose_kernel() picks one from the batch shape (documented there); tests force each.
 //
 // Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
