@@ -1,7 +1,10 @@
 // POST /v1/responses (streaming events or one response object), GET and DELETE /v1/responses/{id}.
 // Input items (messages, function_call, function_call_output, reasoning) map onto Harmony like the
 // chat API's messages; previous_response_id continues a stored conversation (store defaults to true,
-// as in OpenAI's API); output items are reasoning, message and function_call.
+// as in OpenAI's API); output items are reasoning, message and function_call. Streamed, a function
+// call is announced by its first piece and its arguments follow as deltas (ChatOutput's call pieces);
+// a call whose arguments end up not JSON is closed with status "incomplete" and no arguments.done,
+// and its text follows as a message. Not streamed, only complete calls become items.
 #include <map>
 
 #include "core/log.h"
@@ -292,7 +295,7 @@ private:
         v.set("model", ctx_.options.model_name);
         json::Array output;
         if (status != "in_progress")
-            for (size_t i = 0; i < items_.size(); ++i) output.push_back(item_json(i, "completed"));
+            for (size_t i = 0; i < items_.size(); ++i) output.push_back(item_json(i, final_status(items_[i])));
         v.set("output", std::move(output));
         v.set("error", error_.empty() ? json::Value() : error_body(error_, "server_error", "", "").at("error"));
         if (status == "incomplete") {
@@ -330,12 +333,15 @@ private:
         return v;
     }
 
-    // Opens an item of `kind` (closing the open one) and returns its index.
-    size_t open_item(const std::string& kind, Progress& p) {
+    // Opens an item of `kind` (closing the open one) and returns its index; a function_call item gets
+    // its name and call id before it is announced.
+    size_t open_item(const std::string& kind, Progress& p, const std::string& name = "", const std::string& call_id = "") {
         if (open_ >= 0 && items_[size_t(open_)].kind == kind && kind != "function_call") return size_t(open_);
         close_item(p);
         Item it;
         it.kind = kind;
+        it.name = name;
+        it.call_id = call_id;
         it.id = (kind == "reasoning" ? "rs_" : kind == "message" ? "msg_" : "fc_") + ctx_.new_id("");
         items_.push_back(it);
         open_ = int(items_.size() - 1);
@@ -388,7 +394,7 @@ private:
             part.set("annotations", json::Array{});
             c.set("part", part);
             p.body += event("response.content_part.done", c);
-        } else {
+        } else if (it.complete) {
             json::Value f = base;
             f.set("name", it.name);
             f.set("arguments", it.text);
@@ -396,7 +402,7 @@ private:
         }
         json::Value d;
         d.set("output_index", int(i));
-        d.set("item", item_json(i, "completed"));
+        d.set("item", item_json(i, final_status(it)));
         p.body += event("response.output_item.done", d);
     }
 
@@ -426,18 +432,29 @@ private:
                 p.body += event("response.output_text.delta", f);
             }
         }
-        for (const ToolCall& call : d.tool_calls) {
-            const size_t i = open_item("function_call", p);
-            items_[i].name = call.name;
-            items_[i].call_id = call.id;
-            items_[i].text = call.arguments;
-            if (streaming_) {
+        // Streaming: a call is announced by its first piece and its arguments follow as deltas; it
+        // completes (or is closed incomplete) later. Not streaming: only complete calls become items.
+        if (streaming_) {
+            for (const ToolCallDelta& piece : d.call_deltas) {
+                if (!piece.id.empty()) {
+                    open_item("function_call", p, piece.name, piece.id);
+                }
+                if (piece.arguments.empty() || open_ < 0 || items_[size_t(open_)].kind != "function_call") continue;
+                Item& it = items_[size_t(open_)];
+                it.text += piece.arguments;
                 json::Value f;
-                f.set("item_id", items_[i].id);
-                f.set("output_index", int(i));
-                f.set("delta", call.arguments);
+                f.set("item_id", it.id);
+                f.set("output_index", open_);
+                f.set("delta", piece.arguments);
                 p.body += event("response.function_call_arguments.delta", f);
             }
+        }
+        for (const ToolCall& call : d.tool_calls) {
+            const bool streamed = open_ >= 0 && items_[size_t(open_)].kind == "function_call" &&
+                                  items_[size_t(open_)].call_id == call.id;
+            const size_t i = streamed ? size_t(open_) : open_item("function_call", p, call.name, call.id);
+            items_[i].text = call.arguments;  // equal to the streamed pieces (chat_output.h)
+            items_[i].complete = true;
             close_item(p);
         }
     }
@@ -493,7 +510,14 @@ private:
     struct Item {
         std::string kind;  // "reasoning", "message", "function_call"
         std::string id, text, name, call_id;
+        // function_call items only: the arguments parsed as JSON when the call message ended; a
+        // streamed call whose arguments never did is closed as "incomplete" (its text then follows
+        // as a message, as in the chat API).
+        bool complete = false;
     };
+    const char* final_status(const Item& it) const {
+        return it.kind == "function_call" && !it.complete ? "incomplete" : "completed";
+    }
 
     ResponsesRequest r_;
     const std::string id_;

@@ -35,6 +35,10 @@ WEATHER_TOOL = {
 
 TOOL_SCRIPT = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
                "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>")
+# A call whose arguments stop being JSON part-way ("Par" then a stray brace): streamed, it is announced,
+# its viable prefix arrives as deltas, then it is closed incomplete and its text follows as a message.
+CUT_CALL_SCRIPT = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
+                   "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Par}}<|call|>")
 
 
 def raw_request(url, method, path, body=None, headers=None, timeout=60):
@@ -389,10 +393,66 @@ class ScriptedToolCalls(unittest.TestCase):
                                           input=[{"type": "function_call_output", "call_id": calls[0].call_id,
                                                   "output": "{\"temp\": 20}"}])
         self.assertGreater(r2.usage.input_tokens, r.usage.input_tokens)
-        events = [e.type for e in self.client.responses.create(model=MODEL, input="again", tools=[tool], stream=True)]
-        self.assertIn("response.function_call_arguments.done", events)
-        self.assertIn("response.reasoning_text.delta", events)
-        self.assertEqual(events[-1], "response.completed")
+        events = list(self.client.responses.create(model=MODEL, input="again", tools=[tool], stream=True))
+        types = [e.type for e in events]
+        self.assertIn("response.reasoning_text.delta", types)
+        self.assertEqual(types[-1], "response.completed")
+        # The call is announced with its name and id, its arguments arrive in several deltas (as the
+        # tokens come), and the pieces, the done event and the final output agree.
+        added = [e.item for e in events if e.type == "response.output_item.added" and e.item.type == "function_call"]
+        self.assertEqual(len(added), 1)
+        self.assertEqual((added[0].name, added[0].arguments, added[0].status), ("get_weather", "", "in_progress"))
+        self.assertTrue(added[0].call_id.startswith("call_"))
+        deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+        self.assertGreater(len(deltas), 3)
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        self.assertEqual(len(done), 1)
+        self.assertEqual("".join(deltas), done[0].arguments)
+        self.assertEqual(json.loads(done[0].arguments), {"city": "Paris"})
+        final = [o for o in events[-1].response.output if o.type == "function_call"]
+        self.assertEqual((final[0].call_id, final[0].arguments, final[0].status),
+                         (added[0].call_id, done[0].arguments, "completed"))
+
+
+class ScriptedCutCall(unittest.TestCase):
+    """A generated call whose arguments are not JSON is never reported as a complete call."""
+
+    @classmethod
+    def setUpClass(cls):
+        env = test_env(ARGS.build_dir, ARGS.shared_dir)
+        env["OSPREY_TEST_SCRIPT"] = CUT_CALL_SCRIPT
+        cls.server = OspreyServer(ARGS.osprey, ["--served-model-name", MODEL], env=env).__enter__()
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_cut_call(self):
+        tool = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}
+        text = '{"city": "Par}}'
+        # Chat: no tool call, the call's text is the content.
+        r = self.client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Weather?"}],
+                                                tools=[WEATHER_TOOL])
+        self.assertIsNone(r.choices[0].message.tool_calls)
+        self.assertEqual(r.choices[0].message.content, text)
+        self.assertNotEqual(r.choices[0].finish_reason, "tool_calls")
+        # Responses, not streamed: only a reasoning item and a message.
+        r = self.client.responses.create(model=MODEL, input="Weather?", tools=[tool])
+        self.assertEqual([o.type for o in r.output], ["reasoning", "message"])
+        self.assertEqual(r.output[1].content[0].text, text)
+        # Streamed: the announced call ends "incomplete" without an arguments.done, then the message.
+        events = list(self.client.responses.create(model=MODEL, input="Weather?", tools=[tool], stream=True))
+        types = [e.type for e in events]
+        self.assertNotIn("response.function_call_arguments.done", types)
+        deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+        self.assertTrue(text.startswith(deltas) and deltas, deltas)
+        done = [e.item for e in events if e.type == "response.output_item.done"]
+        self.assertEqual([(o.type, o.status) for o in done],
+                         [("reasoning", "completed"), ("function_call", "incomplete"), ("message", "completed")])
+        self.assertEqual(done[2].content[0].text, text)
+        final = events[-1].response
+        self.assertEqual([(o.type, o.status) for o in final.output], [(o.type, o.status) for o in done])
 
 
 def harmony_prompt_tokens(messages):
