@@ -191,6 +191,7 @@ void Engine::update_stats() {
     stats_.n_prefill_tokens = k.n_prefill_tokens;
     stats_.n_decode_tokens = k.n_decode_tokens;
     stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
+    stats_.n_forked_tokens = k.n_forked_tokens;
     stats_.n_preemptions = k.n_preemptions;
     stats_.n_finished = k.n_finished;
     stats_.n_generated_tokens = k.n_generated_tokens;
@@ -208,6 +209,7 @@ bool Engine::step_once() {
     OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
     std::vector<SeqOutput> outputs;
     try {
+        for (const model::KvCopy& copy : plan.copies) runner_.copy_kv(copy);  // forks, before the step writes
         const model::ForwardBatch batch = build_forward_batch(plan);
         runner_.forward(batch);
         std::vector<SamplingParams> params;

@@ -21,6 +21,11 @@ PageId KvCacheManager::allocate_page() {
     return allocator_.allocate();
 }
 
+void KvCacheManager::share_page(PageId page) {
+    OSPREY_CHECK(allocator_.ref_count(page) > 0, "share_page: page ", page, " is not held");
+    allocator_.retain(page);
+}
+
 void KvCacheManager::release_pages(std::vector<PageId>& pages) {
     for (auto it = pages.rbegin(); it != pages.rend(); ++it) {
         allocator_.release(*it);

@@ -32,6 +32,9 @@ public:
     // A fresh private page (one reference), evicting the least recently used cached page when no
     // page is free. Throws osprey::Error when none is available (callers check first).
     PageId allocate_page();
+    // One more reference to a page another sequence holds (a forked sample shares its leader's full
+    // prompt pages).
+    void share_page(PageId page);
     // Drops a sequence's references, last page first (so the LRU evicts chains from their tail).
     void release_pages(std::vector<PageId>& pages);
 

@@ -39,19 +39,69 @@ void Scheduler::add_request(std::shared_ptr<const RequestInfo> request, const st
         seq->uid = next_uid_++;
         seq->params = params[i];
         seq->tokens = prompt;
-        // Only the prompt's full pages can be shared, so a sibling waits only when there is one.
-        seq->leader_uid = i == 0 || !kv_.prefix_caching() || request->n_prompt <= kv_.page_size() ? 0 : leader;
+        // A fork needs at least one prompt position before the last.
+        seq->leader_uid = i == 0 || request->n_prompt < 2 ? 0 : leader;
         if (i == 0) leader = seq->uid;
         waiting_.push_back(seq.get());
         seqs_.emplace(seq->uid, std::move(seq));
     }
 }
 
-bool Scheduler::waits_for_leader(const Sequence& seq) const {
-    if (seq.leader_uid == 0) return false;
+Sequence* Scheduler::leader_of(const Sequence& seq) const {
+    if (seq.leader_uid == 0) return nullptr;
     const auto it = seqs_.find(seq.leader_uid);
-    if (it == seqs_.end()) return false;  // the leader finished: its pages stay in the cache
-    return it->second->n_computed < it->second->n_prompt();
+    return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+bool Scheduler::waits_for_leader(const Sequence& seq) const {
+    const Sequence* leader = leader_of(seq);
+    return leader && leader->n_computed < leader->n_prompt() - 1;
+}
+
+bool Scheduler::has_followers(const Sequence& seq) const {
+    for (const Sequence* w : waiting_)
+        if (w->leader_uid == seq.uid) return true;
+    return false;
+}
+
+int Scheduler::cap_at_fork_point(const Sequence& seq, int from, int n) const {
+    const int fork_point = seq.n_prompt() - 1;
+    if (from < fork_point && from + n > fork_point && has_followers(seq)) return fork_point - from;
+    return n;
+}
+
+bool Scheduler::try_fork(StepPlan& plan, Sequence* seq, int reserve) {
+    Sequence* leader = leader_of(*seq);
+    const int fork_point = seq->n_prompt() - 1;
+    if (!leader || leader->status != SeqStatus::running || leader->n_computed != fork_point) return false;
+    // Full pages are shared; the page holding position fork_point is private (a copy of the
+    // leader's partial page, or a fresh page when fork_point starts one).
+    const int ps = kv_.page_size();
+    const int n_shared = fork_point / ps;
+    if (kv_.n_available_pages() - reserve < 1) return false;
+    model::KvCopy copy;
+    seq->pages.assign(leader->pages.begin(), leader->pages.begin() + n_shared);
+    for (PageId page : seq->pages) kv_.share_page(page);
+    seq->page_keys.assign(leader->page_keys.begin(), leader->page_keys.begin() + n_shared);
+    const PageId own = kv_.allocate_page();
+    if (fork_point % ps != 0) {
+        copy.src_pages.push_back(leader->pages[size_t(n_shared)]);
+        copy.dst_pages.push_back(own);
+    }
+    seq->pages.push_back(own);
+    seq->window_slot = kv_.allocate_slot();
+    copy.src_slot = leader->window_slot;
+    copy.dst_slot = seq->window_slot;
+    plan.copies.push_back(std::move(copy));
+    seq->n_computed = fork_point;
+    seq->n_full_cached = fork_point;
+    seq->leader_uid = 0;
+    seq->status = SeqStatus::running;
+    if (seq->cached_tokens < 0) seq->cached_tokens = fork_point;
+    counters_.n_forked_tokens += uint64_t(fork_point);
+    running_.push_back(seq);
+    add_chunk(plan, seq, 1);
+    return true;
 }
 
 void Scheduler::sort_queues() {
@@ -134,7 +184,7 @@ StepPlan Scheduler::schedule() {
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
         if (seq->status != SeqStatus::running || is_scheduled(seq)) continue;
-        int n = std::min(seq->n_tokens() - seq->n_computed, budget);
+        int n = cap_at_fork_point(*seq, seq->n_computed, std::min(seq->n_tokens() - seq->n_computed, budget));
         if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
             const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
             n = std::min(n, room);
@@ -156,7 +206,13 @@ StepPlan Scheduler::schedule() {
     for (Sequence* seq : waiting_) {
         if (budget == 0 || int(running_.size()) >= options_.max_num_seqs || kv_.n_free_slots() == 0) break;
         if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
+        const int reserve = running_.empty() ? 0 : options_.admission_reserve_pages;
+        if (try_fork(plan, seq, reserve)) {
+            budget -= 1;
+            continue;
+        }
         if (waits_for_leader(*seq)) continue;
+        seq->leader_uid = 0;  // the fork point has passed: an ordinary admission
         // A prefix hit covers whole pages and leaves at least the last token to compute (its
         // logits are needed). The window layers replay up to window_replay cached tokens.
         std::vector<uint64_t> keys;
@@ -164,9 +220,8 @@ StepPlan Scheduler::schedule() {
         std::vector<PageId> hit = kv_.match_prefix(seq->tokens, max_hit_pages, keys);
         const int n_hit = int(hit.size()) * kv_.page_size();
         const int start = std::max(0, n_hit - options_.window_replay);
-        const int n = std::min(seq->n_tokens() - start, budget);
+        const int n = cap_at_fork_point(*seq, start, std::min(seq->n_tokens() - start, budget));
         const int need = pages_for(start + n) - int(hit.size());
-        const int reserve = running_.empty() ? 0 : options_.admission_reserve_pages;
         if (need > kv_.n_available_pages() - reserve) {
             kv_.release_pages(hit);
             break;

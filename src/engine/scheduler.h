@@ -41,6 +41,7 @@ struct SchedulerCounters {
     uint64_t n_prefill_tokens = 0;
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
+    uint64_t n_forked_tokens = 0;  // prompt positions samples took from their leader by copy
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;
     uint64_t n_generated_tokens = 0;
@@ -83,7 +84,15 @@ private:
     void sort_queues();
     void preempt(Sequence* seq);
     SeqOutput finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error);
-    bool waits_for_leader(const Sequence& seq) const;
+    Sequence* leader_of(const Sequence& seq) const;       // null when none (or finished)
+    bool waits_for_leader(const Sequence& seq) const;     // the leader has not reached the fork point
+    bool has_followers(const Sequence& seq) const;        // samples still waiting to fork from seq
+    // n, or less so that a chunk of a leader with followers, starting at position `from`, stops
+    // after n_prompt - 1 positions.
+    int cap_at_fork_point(const Sequence& seq, int from, int n) const;
+    // Admits `seq` as a fork of its leader if the leader is at the fork point now (plan gets the
+    // copy and seq's one-token chunk); false when it is not, or there is no room.
+    bool try_fork(StepPlan& plan, Sequence* seq, int reserve);
     void remove_finished();
     void add_chunk(StepPlan& plan, Sequence* seq, int n_tokens);
 

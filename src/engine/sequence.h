@@ -41,7 +41,10 @@ struct Sequence {
     std::vector<uint64_t> page_keys;  // prefix-cache chain keys of the first full pages
     int window_slot = -1;
 
-    // Samples after the first wait until the first has computed the prompt, then share its pages
+    // Samples after the first wait until the first (the leader) has computed all but the last
+    // prompt token, then fork: they share its full pages, get copies of its partial page and
+    // window slot, and compute only the last prompt token themselves (Scheduler::schedule). A
+    // sample that misses that moment (no room in the step) is admitted like any other request,
     // through the prefix cache. 0 when not waiting for anyone.
     uint64_t leader_uid = 0;
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
+#include "model/runner.h"
 
 namespace osprey::engine {
 
@@ -18,6 +19,8 @@ struct ScheduledChunk {
 
 struct StepPlan {
     std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
+    // K/V copies to run before the forward: samples forked from their leader's prompt state.
+    std::vector<model::KvCopy> copies;
     int n_preempted = 0;                 // sequences preempted while planning this step
     int n_tokens() const {
         int n = 0;

@@ -121,6 +121,9 @@ std::string Metrics::render(const engine::EngineStats& s, const std::string& mod
     out += "osprey_prefix_cache_hits_total " + std::to_string(s.n_prefix_hit_tokens) + "\n";
     header(out, "osprey_prefix_cache_hit_rate", "gauge", "Prefix-cache hits / queries since start.");
     out += "osprey_prefix_cache_hit_rate " + num(queried ? double(s.n_prefix_hit_tokens) / double(queried) : 0.0) + "\n";
+    header(out, "osprey_forked_prompt_tokens_total", "counter",
+           "Prompt positions the samples of n > 1 requests copied from their first sample instead of computing.");
+    out += "osprey_forked_prompt_tokens_total " + std::to_string(s.n_forked_tokens) + "\n";
     header(out, "osprey_num_preemptions_total", "counter", "Sequences preempted for lack of KV pages.");
     out += "osprey_num_preemptions_total " + std::to_string(s.n_preemptions) + "\n";
     header(out, "osprey_engine_generated_tokens_total", "counter", "Tokens the engine generated (cancelled requests too).");

@@ -12,6 +12,7 @@ namespace osprey::test {
 
 struct SampleOutcome {
     std::vector<int32_t> tokens;  // token events, in order
+    std::vector<float> logprobs;  // their log-probabilities (collect() only; 0 unless requested)
     bool finished = false;
     engine::Event finish;
 };
@@ -39,6 +40,7 @@ inline std::vector<SampleOutcome> collect(engine::RequestStream& s) {
         SampleOutcome& o = out[size_t(e.sample)];
         if (e.kind == engine::Event::Kind::token) {
             o.tokens.push_back(e.token);
+            o.logprobs.push_back(e.logprob);
         } else {
             o.finished = true;
             o.finish = e;

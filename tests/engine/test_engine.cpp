@@ -230,7 +230,13 @@ TEST(engine, n_samples_share_the_prompt_and_draw_independently) {
     for (const auto& o2 : out) EXPECT_EQ(o2.tokens.size(), 20u);
     EXPECT_NE(out[0].tokens, out[1].tokens);
     EXPECT_NE(out[1].tokens, out[2].tokens);
-    for (int i = 1; i < 4; ++i) EXPECT_EQ(out[size_t(i)].finish.usage.cached_tokens, 192);
+    // Samples 1-3 fork from sample 0 once it has computed 199 of the 200 prompt positions: each
+    // computes only the last prompt token. Tokens run: 200 (sample 0's prompt) + 3 (the forks' last
+    // prompt token) + 4 x 19 decodes, and nothing is replayed.
+    for (int i = 1; i < 4; ++i) EXPECT_EQ(out[size_t(i)].finish.usage.cached_tokens, 199);
+    EXPECT_EQ(runner.n_tokens_run(), 200 + 3 + 4 * 19);
+    EXPECT_EQ(runner.n_window_only_tokens(), 0);
+    EXPECT_EQ(engine.stats().n_forked_tokens, 3u * 199u);
     // Sample 0 is the request with its own seed, alone.
     FakeRunner solo_runner;
     Engine solo(solo_runner, o);

@@ -117,6 +117,49 @@ TEST(engine_cpu_reference, solo_engine_run_equals_a_hand_driven_loop) {
     EXPECT_GT(distinct.size(), 3u) << "the model should not be stuck on one token";
 }
 
+// n > 1: samples 1.. fork from sample 0's prompt state (copy_kv of its partial page and window
+// slot, shared full pages) and must then decode exactly as sample 0 does alone: greedy tokens
+// equal, log-probabilities to float rounding. Fork points inside a page (90 - 1 = 89) and on a
+// page boundary (81 - 1 = 80), with and without prefix caching, the prompt in chunks.
+TEST(engine_cpu_reference, forked_samples_decode_like_a_solo_run) {
+    auto runner = checkpoint().runner();
+    std::mt19937 rng(3);
+    for (int n_prompt : {90, 81}) {
+        for (bool caching : {true, false}) {
+            const auto prompt = random_tokens(rng, n_prompt);
+            Request r;
+            r.prompt = prompt;
+            r.sampling.temperature = 0;
+            r.sampling.logprobs = true;
+            r.max_new_tokens = 12;
+            auto run = [&](int n) {
+                EngineOptions o;
+                o.page_size = 8;
+                o.max_num_seqs = 4;
+                o.max_batch_tokens = 32;  // the prompt takes several steps
+                o.enable_prefix_caching = caching;
+                o.check_invariants = true;
+                Engine engine(*runner, o);
+                r.n = n;
+                auto s = engine.submit(r);
+                engine.run_until_idle();
+                return std::make_pair(test::collect(*s), engine.stats());
+            };
+            const auto [solo, solo_stats] = run(1);
+            const auto [forked, stats] = run(3);
+            ASSERT_EQ(forked.size(), 3u);
+            EXPECT_EQ(stats.n_forked_tokens, uint64_t(2 * (n_prompt - 1)));
+            for (size_t i = 0; i < 3; ++i) {
+                EXPECT_EQ(forked[i].tokens, solo[0].tokens) << "sample " << i << ", prompt " << n_prompt;
+                EXPECT_EQ(forked[i].finish.usage.cached_tokens, i == 0 ? 0 : n_prompt - 1);
+                ASSERT_EQ(forked[i].logprobs.size(), solo[0].logprobs.size());
+                for (size_t t = 0; t < solo[0].logprobs.size(); ++t)
+                    EXPECT_NEAR(forked[i].logprobs[t], solo[0].logprobs[t], 1e-4) << "sample " << i << " token " << t;
+            }
+        }
+    }
+}
+
 TEST(engine_cpu_reference, batch_invariance_with_chunks_prefix_hits_and_preemption) {
     std::mt19937 rng(2);
     const auto common = random_tokens(rng, 70);
