@@ -406,32 +406,24 @@ private:
         p.body += event("response.output_item.done", d);
     }
 
+    // Appends text to the open reasoning or message item (opening it) and streams the delta.
+    void append_text(const char* kind, const char* event_type, const std::string& text, Progress& p) {
+        if (text.empty()) return;
+        const size_t i = open_item(kind, p);
+        items_[i].text += text;
+        if (!streaming_) return;
+        json::Value f;
+        f.set("item_id", items_[i].id);
+        f.set("output_index", int(i));
+        f.set("content_index", 0);
+        f.set("delta", text);
+        if (std::string_view(kind) == "message") f.set("logprobs", json::Array{});
+        p.body += event(event_type, f);
+    }
+
     void apply(const ChatDelta& d, Progress& p) {
-        if (!d.reasoning.empty()) {
-            const size_t i = open_item("reasoning", p);
-            items_[i].text += d.reasoning;
-            if (streaming_) {
-                json::Value f;
-                f.set("item_id", items_[i].id);
-                f.set("output_index", int(i));
-                f.set("content_index", 0);
-                f.set("delta", d.reasoning);
-                p.body += event("response.reasoning_text.delta", f);
-            }
-        }
-        if (!d.content.empty()) {
-            const size_t i = open_item("message", p);
-            items_[i].text += d.content;
-            if (streaming_) {
-                json::Value f;
-                f.set("item_id", items_[i].id);
-                f.set("output_index", int(i));
-                f.set("content_index", 0);
-                f.set("delta", d.content);
-                f.set("logprobs", json::Array{});
-                p.body += event("response.output_text.delta", f);
-            }
-        }
+        append_text("reasoning", "response.reasoning_text.delta", d.reasoning, p);
+        append_text("message", "response.output_text.delta", d.content, p);
         // Streaming: a call is announced by its first piece and its arguments follow as deltas; it
         // completes (or is closed incomplete) later. Not streaming: only complete calls become items.
         if (streaming_) {

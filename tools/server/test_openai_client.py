@@ -307,19 +307,27 @@ class TinyModel(unittest.TestCase):
         self.assertIn('osprey_http_requests_total{route="/v1/chat/completions",status="200"}', text)
 
 
-class ScriptedToolCalls(unittest.TestCase):
-    """The test-only scripted backend ($OSPREY_TEST_SCRIPT) generates a Harmony tool call."""
+class ScriptedServer(unittest.TestCase):
+    """A server on the test-only scripted backend ($OSPREY_TEST_SCRIPT): every request generates SCRIPT."""
+    SCRIPT = None
 
     @classmethod
     def setUpClass(cls):
+        if cls.SCRIPT is None:
+            raise unittest.SkipTest("base class")
         env = test_env(ARGS.build_dir, ARGS.shared_dir)
-        env["OSPREY_TEST_SCRIPT"] = TOOL_SCRIPT
+        env["OSPREY_TEST_SCRIPT"] = cls.SCRIPT
         cls.server = OspreyServer(ARGS.osprey, ["--served-model-name", MODEL], env=env).__enter__()
         cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
+
+
+class ScriptedToolCalls(ScriptedServer):
+    """The scripted backend generates a Harmony tool call."""
+    SCRIPT = TOOL_SCRIPT
 
     def test_tool_call_round_trip(self):
         messages = [{"role": "user", "content": "Weather in Paris?"}]
@@ -414,19 +422,9 @@ class ScriptedToolCalls(unittest.TestCase):
                          (added[0].call_id, done[0].arguments, "completed"))
 
 
-class ScriptedCutCall(unittest.TestCase):
+class ScriptedCutCall(ScriptedServer):
     """A generated call whose arguments are not JSON is never reported as a complete call."""
-
-    @classmethod
-    def setUpClass(cls):
-        env = test_env(ARGS.build_dir, ARGS.shared_dir)
-        env["OSPREY_TEST_SCRIPT"] = CUT_CALL_SCRIPT
-        cls.server = OspreyServer(ARGS.osprey, ["--served-model-name", MODEL], env=env).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+    SCRIPT = CUT_CALL_SCRIPT
 
     def test_cut_call(self):
         tool = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}

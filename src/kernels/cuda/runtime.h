@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -40,21 +41,44 @@ void require_device();
 std::string device_name();  // "NVIDIA H200"
 int sm_count();
 
-// Owns n elements of T in device memory (cudaMalloc; never managed memory). Move-only.
-template <typename T>
-class DeviceBuffer {
+// Where an OwnedBuffer's storage comes from.
+struct DeviceMemory {  // cudaMalloc (never managed memory)
+    static void* allocate(size_t bytes) {
+        void* p = nullptr;
+        const cudaError_t err = cudaMalloc(&p, bytes);
+        if (err == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();  // clear the sticky-free allocation error
+            OSPREY_FAIL("out of device memory allocating ", bytes, " bytes (", mem_info().free, " bytes free)");
+        }
+        CUDA_CHECK(err);
+        return p;
+    }
+    static void release(void* p) { CUDA_CHECK(cudaFree(p)); }
+};
+struct PinnedMemory {  // page-locked host memory (cudaMallocHost), for fast asynchronous copies
+    static void* allocate(size_t bytes) {
+        void* p = nullptr;
+        CUDA_CHECK(cudaMallocHost(&p, bytes));
+        return p;
+    }
+    static void release(void* p) { CUDA_CHECK(cudaFreeHost(p)); }
+};
+
+// Owns n elements of T allocated by Memory. Move-only.
+template <typename T, class Memory>
+class OwnedBuffer {
 public:
-    DeviceBuffer() = default;
-    explicit DeviceBuffer(size_t n) { resize(n); }
-    ~DeviceBuffer() { reset(); }
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-    DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr, o.n_ = 0; }
-    DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    OwnedBuffer() = default;
+    explicit OwnedBuffer(size_t n) { resize(n); }
+    ~OwnedBuffer() { reset(); }
+    OwnedBuffer(const OwnedBuffer&) = delete;
+    OwnedBuffer& operator=(const OwnedBuffer&) = delete;
+    OwnedBuffer(OwnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+    OwnedBuffer& operator=(OwnedBuffer&& o) noexcept {
         if (this != &o) {
             reset();
-            ptr_ = o.ptr_, n_ = o.n_;
-            o.ptr_ = nullptr, o.n_ = 0;
+            ptr_ = std::exchange(o.ptr_, nullptr);
+            n_ = std::exchange(o.n_, 0);
         }
         return *this;
     }
@@ -63,18 +87,11 @@ public:
     void resize(size_t n) {
         reset();
         if (n == 0) return;
-        void* p = nullptr;
-        const cudaError_t err = cudaMalloc(&p, n * sizeof(T));
-        if (err == cudaErrorMemoryAllocation) {
-            (void)cudaGetLastError();  // clear the sticky-free allocation error
-            OSPREY_FAIL("out of device memory allocating ", n * sizeof(T), " bytes (", mem_info().free,
-                        " bytes free)");
-        }
-        CUDA_CHECK(err);
-        ptr_ = static_cast<T*>(p), n_ = n;
+        ptr_ = static_cast<T*>(Memory::allocate(n * sizeof(T)));
+        n_ = n;
     }
     void reset() {
-        if (ptr_) CUDA_CHECK(cudaFree(ptr_));
+        if (ptr_) Memory::release(ptr_);
         ptr_ = nullptr, n_ = 0;
     }
 
@@ -82,65 +99,46 @@ public:
     size_t size() const { return n_; }
     size_t bytes() const { return n_ * sizeof(T); }
 
-    void upload(std::span<const T> src, cudaStream_t stream = nullptr) {
-        OSPREY_CHECK(src.size() <= n_, "upload of ", src.size(), " elements into a buffer of ", n_);
-        CUDA_CHECK(cudaMemcpyAsync(ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
-        if (!stream) CUDA_CHECK(cudaStreamSynchronize(nullptr));
-    }
-    void upload(const std::vector<T>& src, cudaStream_t stream = nullptr) { upload(std::span<const T>(src), stream); }
-    std::vector<T> download(size_t n = size_t(-1)) const {
-        if (n == size_t(-1)) n = n_;
-        OSPREY_CHECK(n <= n_, "download of ", n, " elements from a buffer of ", n_);
-        std::vector<T> out(n);
-        CUDA_CHECK(cudaMemcpy(out.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost));
-        return out;
-    }
-    // Fills every byte with `byte` (0xFF makes NaN in f32 and bf16: used to poison outputs in tests).
-    void fill_bytes(int byte, cudaStream_t stream = nullptr) {
-        if (n_) CUDA_CHECK(cudaMemsetAsync(ptr_, byte, bytes(), stream));
-    }
-
-private:
+protected:
     T* ptr_ = nullptr;
     size_t n_ = 0;
 };
 
-// Page-locked host memory (cudaMallocHost), for fast asynchronous copies. Move-only.
+// n elements of T in device memory, with synchronous-or-stream copies to and from the host.
 template <typename T>
-class PinnedBuffer {
-public:
-    PinnedBuffer() = default;
-    explicit PinnedBuffer(size_t n) { resize(n); }
-    ~PinnedBuffer() { reset(); }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr, o.n_ = 0; }
-    PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-        if (this != &o) {
-            reset();
-            ptr_ = o.ptr_, n_ = o.n_;
-            o.ptr_ = nullptr, o.n_ = 0;
-        }
-        return *this;
-    }
-    void resize(size_t n) {
-        reset();
-        if (n == 0) return;
-        void* p = nullptr;
-        CUDA_CHECK(cudaMallocHost(&p, n * sizeof(T)));
-        ptr_ = static_cast<T*>(p), n_ = n;
-    }
-    void reset() {
-        if (ptr_) CUDA_CHECK(cudaFreeHost(ptr_));
-        ptr_ = nullptr, n_ = 0;
-    }
-    T* get() const { return ptr_; }
-    T& operator[](size_t i) const { return ptr_[i]; }
-    size_t size() const { return n_; }
+class DeviceBuffer : public OwnedBuffer<T, DeviceMemory> {
+    using Base = OwnedBuffer<T, DeviceMemory>;
 
-private:
-    T* ptr_ = nullptr;
-    size_t n_ = 0;
+public:
+    using Base::Base;
+
+    void upload(std::span<const T> src, cudaStream_t stream = nullptr) {
+        OSPREY_CHECK(src.size() <= this->n_, "upload of ", src.size(), " elements into a buffer of ", this->n_);
+        CUDA_CHECK(cudaMemcpyAsync(this->ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+        if (!stream) CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    }
+    void upload(const std::vector<T>& src, cudaStream_t stream = nullptr) { upload(std::span<const T>(src), stream); }
+    std::vector<T> download(size_t n = size_t(-1)) const {
+        if (n == size_t(-1)) n = this->n_;
+        OSPREY_CHECK(n <= this->n_, "download of ", n, " elements from a buffer of ", this->n_);
+        std::vector<T> out(n);
+        CUDA_CHECK(cudaMemcpy(out.data(), this->ptr_, n * sizeof(T), cudaMemcpyDeviceToHost));
+        return out;
+    }
+    // Fills every byte with `byte` (0xFF makes NaN in f32 and bf16: used to poison outputs in tests).
+    void fill_bytes(int byte, cudaStream_t stream = nullptr) {
+        if (this->n_) CUDA_CHECK(cudaMemsetAsync(this->ptr_, byte, this->bytes(), stream));
+    }
+};
+
+// n elements of T in page-locked host memory, indexable on the host.
+template <typename T>
+class PinnedBuffer : public OwnedBuffer<T, PinnedMemory> {
+    using Base = OwnedBuffer<T, PinnedMemory>;
+
+public:
+    using Base::Base;
+    T& operator[](size_t i) const { return this->ptr_[i]; }
 };
 
 class Stream {
