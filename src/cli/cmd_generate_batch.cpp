@@ -15,7 +15,7 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     engine::EngineOptions o;
     o.kv_memory_fraction = args.get_double("kv-memory-fraction", o.kv_memory_fraction);
     o.max_batch_tokens = int(args.get_int("max-batch-tokens", o.max_batch_tokens));
-    o.max_num_seqs = int(args.get_int("max-num-seqs", std::min<long long>(n, 256)));
+
     o.page_size = int(args.get_int("page-size", o.page_size));
     OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
     const std::string prefix_cache = args.get("prefix-cache", "on");
@@ -27,6 +27,9 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
                  "'");
     const double temperature = args.get_double("temperature", 0.0);
     const long long seed = args.get_int("seed", 0);
+    const long long n_samples = args.get_int("n", 1);
+    OSPREY_CHECK(n_samples >= 1 && n_samples <= 128, "--n must be in [1, 128], got ", n_samples);
+    o.max_num_seqs = int(args.get_int("max-num-seqs", std::min<long long>(n * n_samples, 256)));
 
     engine::Engine eng(runner, o);
     const engine::KvPlan& kv = eng.kv_plan();
@@ -47,6 +50,7 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
             for (int32_t& t : r.prompt) t = int32_t((uint64_t(t) + uint64_t(i)) % uint64_t(vocab));
         r.prompt.push_back(int32_t((uint64_t(i) * 7919u + 17u) % uint64_t(vocab)));
         r.max_new_tokens = max_tokens;
+        r.n = int(n_samples);
         r.sampling.temperature = float(temperature);
         r.sampling.seed = uint64_t(seed) + uint64_t(i);
         if (stop_at_eos) r.stop_token_ids = {runner.config().eos_token_id};
@@ -72,7 +76,7 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
                             n_before_decode = n_generated + 1;
                         }
                     }
-                    outputs[i].push_back(e->token);
+                    if (e->sample == 0) outputs[i].push_back(e->token);  // printed: sample 0
                     ++n_generated;
                 } else if (e->reason == engine::FinishReason::error) {
                     ++n_errors;
@@ -92,17 +96,18 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     double ttft = 0;
     for (double t : first_token_s) ttft += t > 0 ? t : 0;
     const engine::EngineStats st = eng.stats();
-    std::printf("batch: %lld requests, %zu prompt tokens each, %lld tokens generated in %.3f s\n", n, prompt.size() + 1,
-                n_generated, wall);
+    std::printf("batch: %lld requests x %lld samples, %zu prompt tokens each, %lld tokens generated in %.3f s\n", n,
+                n_samples, prompt.size() + 1, n_generated, wall);
     std::printf("throughput: %.1f generated tokens/s, %.2f requests/s, mean time to first token %.3f s\n",
                 double(n_generated) / wall, double(n) / wall, ttft / double(n));
     if (decode_start_s >= 0 && wall > decode_start_s)
-        std::printf("decode: %.1f tokens/s over %lld tokens after the last first token (%.1f tokens/s per request)\n",
+        std::printf("decode: %.1f tokens/s over %lld tokens after the last first token (%.1f tokens/s per sample)\n",
                     double(n_generated - n_before_decode) / (wall - decode_start_s), n_generated - n_before_decode,
-                    double(n_generated - n_before_decode) / (wall - decode_start_s) / double(n));
-    std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu preemptions\n",
+                    double(n_generated - n_before_decode) / (wall - decode_start_s) / double(n * n_samples));
+    std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu forked tokens, %llu preemptions\n",
                 (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
-                (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_preemptions);
+                (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_forked_tokens,
+                (unsigned long long)st.n_preemptions);
     return n_errors == 0 ? 0 : 1;
 }
 

@@ -16,14 +16,15 @@ namespace osprey::cli {
 inline const std::vector<std::string>& generate_batch_flags() {
     static const std::vector<std::string> flags = {
         "batch", "kv-memory-fraction", "max-batch-tokens", "max-num-seqs", "page-size", "temperature", "seed",
-        "prefix-cache", "prompts"};
+        "prefix-cache", "prompts", "n"};
     return flags;
 }
 
 // Request i's prompt is `prompt` followed by one token that differs per request, so outputs
 // differ while the common prefix is shared through the prefix cache (--prompts shared, the default);
 // --prompts distinct shifts every token of request i's prompt by i instead, so nothing is shared.
-// --prefix-cache on|off switches the engine's prefix cache. Greedy unless --temperature. Besides the
+// --prefix-cache on|off switches the engine's prefix cache. --n S asks S samples per request (they
+// fork from the first sample's prompt state). Greedy unless --temperature. Besides the
 // overall rate it prints the decode rate: tokens generated after every request had its first token,
 // over the time since then.
 int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt, int max_tokens,

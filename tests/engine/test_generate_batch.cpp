@@ -68,7 +68,7 @@ TEST(generate_batch, runs_many_requests_and_prints_throughput) {
             " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
             " --max-tokens 6 --batch 12 --max-batch-tokens 64 --page-size 8 --ignore-eos");
     ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_NE(r.output.find("batch: 12 requests"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("batch: 12 requests x 1 samples"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("72 tokens generated"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("generated tokens/s"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("request 0:"), std::string::npos) << r.output;
@@ -89,6 +89,22 @@ TEST(generate_batch, distinct_prompts_without_prefix_cache_share_nothing) {
     r = run(base + " --prefix-cache maybe");
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.output.find("--prefix-cache must be on or off"), std::string::npos) << r.output;
+}
+
+TEST(generate_batch, n_samples_fork_from_the_first) {
+    // 4 requests x 3 samples of a 32-token prompt (31 + the distinct token): the 2 other samples of
+    // each request fork at position 31, 4 x 2 x 31 = 248 forked tokens, 4 x 3 x 5 tokens generated.
+    const CommandResult r =
+        run("generate --model " + small_model().string() +
+            " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
+            " --max-tokens 5 --batch 4 --n 3 --temperature 1 --seed 7 --max-batch-tokens 64 --page-size 8 --ignore-eos");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("batch: 4 requests x 3 samples"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("60 tokens generated"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find(" 248 forked tokens"), std::string::npos) << r.output;
+    const CommandResult bad = run("generate --model " + small_model().string() + " --prompt-ids 1,2 --batch 2 --n 0");
+    EXPECT_EQ(bad.status, 1);
+    EXPECT_NE(bad.output.find("--n must be in [1, 128], got 0"), std::string::npos) << bad.output;
 }
 
 TEST(generate_batch, bad_options_are_clear_errors) {
