@@ -23,22 +23,26 @@ KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
     OSPREY_CHECK(o.kv_memory_fraction > 0.0 && o.kv_memory_fraction <= 1.0,
                  "the KV memory fraction must be in (0, 1], got ", o.kv_memory_fraction);
     OSPREY_CHECK(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
+    OSPREY_CHECK(o.window_snapshots >= 0 && o.window_snapshots <= 4096, "window_snapshots must be in [0, 4096], got ",
+                 o.window_snapshots);
     KvPlan plan;
     plan.page_bytes = runner.bytes_per_page(o.page_size);
     plan.window_slot_bytes = runner.bytes_per_window_slot();
+    plan.n_snapshot_slots = o.enable_prefix_caching ? o.window_snapshots : 0;
     OSPREY_CHECK(plan.page_bytes > 0, "the backend reports 0 bytes per KV page");
     const double budget = double(runner.kv_budget_bytes()) * o.kv_memory_fraction;
-    const double slots = double(plan.window_slot_bytes) * o.max_num_seqs;
+    const int n_slots = o.max_num_seqs + plan.n_snapshot_slots;
+    const double slots = double(plan.window_slot_bytes) * n_slots;
     OSPREY_CHECK(budget >= slots + double(plan.page_bytes), "KV budget of ", mib(budget), " MiB (",
                  o.kv_memory_fraction, " of ", mib(double(runner.kv_budget_bytes())), " MiB) cannot hold ",
-                 o.max_num_seqs, " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
+                 n_slots, " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
     int64_t n_pages = int64_t((budget - slots) / double(plan.page_bytes));
     if (o.max_kv_tokens > 0) n_pages = std::min<int64_t>(n_pages, (o.max_kv_tokens + o.page_size - 1) / o.page_size);
     n_pages = std::min<int64_t>(n_pages, 1 << 30);
     plan.layout.page_size = o.page_size;
     plan.layout.n_pages = int(n_pages);
-    plan.layout.n_window_slots = o.max_num_seqs;
-    plan.total_bytes = size_t(n_pages) * plan.page_bytes + size_t(o.max_num_seqs) * plan.window_slot_bytes;
+    plan.layout.n_window_slots = n_slots;
+    plan.total_bytes = size_t(n_pages) * plan.page_bytes + size_t(n_slots) * plan.window_slot_bytes;
     // Paging the sliding layers like the full ones would cost window_slot_bytes per
     // sliding_window tokens for every cached token.
     const int window = runner.config().sliding_window;
@@ -62,8 +66,8 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     runner_.allocate_kv(kv_plan_.layout);
     log::info("engine: KV cache of ", kv_plan_.layout.n_pages, " pages x ", options_.page_size, " tokens = ", capacity,
               " tokens (", mib(double(kv_plan_.layout.n_pages) * double(kv_plan_.page_bytes)), " MiB) + ",
-              options_.max_num_seqs, " window slots (", mib(double(kv_plan_.window_slot_bytes) * options_.max_num_seqs),
-              " MiB); window slots save ", mib(double(kv_plan_.window_saved_bytes)),
+              options_.max_num_seqs, " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
+              mib(double(kv_plan_.window_slot_bytes) * kv_plan_.layout.n_window_slots), " MiB); window slots save ", mib(double(kv_plan_.window_saved_bytes)),
               " MiB against paging the sliding layers; max_model_len ", max_model_len_);
 
     limits_.vocab_size = c.vocab_size;
@@ -72,7 +76,7 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     limits_.max_top_logprobs = options_.max_top_logprobs;
 
     kv_ = std::make_unique<KvCacheManager>(kv_plan_.layout.n_pages, options_.page_size, options_.max_num_seqs,
-                                           options_.enable_prefix_caching);
+                                           options_.enable_prefix_caching, kv_plan_.n_snapshot_slots);
     SchedulerOptions so;
     so.max_num_seqs = options_.max_num_seqs;
     so.max_batch_tokens = options_.max_batch_tokens;
@@ -192,6 +196,7 @@ void Engine::update_stats() {
     stats_.n_decode_tokens = k.n_decode_tokens;
     stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
     stats_.n_forked_tokens = k.n_forked_tokens;
+    stats_.n_window_restores = k.n_window_restores;
     stats_.n_preemptions = k.n_preemptions;
     stats_.n_finished = k.n_finished;
     stats_.n_generated_tokens = k.n_generated_tokens;

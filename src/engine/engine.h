@@ -35,6 +35,9 @@ struct EngineOptions {
     int max_batch_tokens = 2048;        // tokens per forward step (prefill chunks + decodes)
     int max_model_len = 0;              // 0: the model's max_position (capped by what the cache holds)
     bool enable_prefix_caching = true;  // share full pages between requests with a common prefix
+    // Extra window slots that keep rebuilt sliding-window rings of prefix-cache hits, so later hits
+    // on the same prefix copy the ring instead of replaying (window_snapshots.h). Prefix caching only.
+    int window_snapshots = 16;
     int max_top_logprobs = 20;          // largest SamplingParams::top_logprobs accepted
     int max_n = 16;                     // largest Request::n accepted
     int max_queued_requests = 0;        // > 0: submit() refuses new requests beyond this many live ones
@@ -56,6 +59,7 @@ struct EngineStats {
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
     uint64_t n_forked_tokens = 0;   // prompt positions n > 1 samples took from their first by copy
+    uint64_t n_window_restores = 0; // prefix hits that copied a saved window ring instead of replaying
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;  // samples finished, any reason
     uint64_t n_generated_tokens = 0;
@@ -66,6 +70,7 @@ struct KvPlan {
     model::KvLayout layout;
     size_t page_bytes = 0;         // one page, all full-attention layers
     size_t window_slot_bytes = 0;  // one slot, all sliding-window layers
+    int n_snapshot_slots = 0;      // window slots after the running sequences' ones, for saved rings
     size_t total_bytes = 0;        // pages + slots
     // Bytes the sliding layers would need for the same token capacity if they were paged like the
     // full layers, minus what their window slots take: the saving of the window slots.

@@ -5,12 +5,14 @@
 
 namespace osprey::engine {
 
-KvCacheManager::KvCacheManager(int n_pages, int page_size, int n_window_slots, bool prefix_caching)
+KvCacheManager::KvCacheManager(int n_pages, int page_size, int n_window_slots, bool prefix_caching,
+                               int n_snapshot_slots)
     : page_size_(page_size),
       prefix_caching_(prefix_caching),
       allocator_(n_pages),
       prefix_(n_pages, page_size),
-      slots_(n_window_slots) {}
+      slots_(n_window_slots),
+      snapshots_(n_window_slots, prefix_caching ? n_snapshot_slots : 0) {}
 
 PageId KvCacheManager::allocate_page() {
     if (allocator_.n_free() == 0) {
@@ -57,6 +59,7 @@ void KvCacheManager::check_invariants(std::span<const int> holders) const {
     allocator_.check_invariants();
     prefix_.check_invariants(allocator_);
     slots_.check_invariants();
+    snapshots_.check_invariants();
     OSPREY_CHECK(int(holders.size()) == n_pages(), "holders has ", holders.size(), " entries for ", n_pages(),
                  " pages");
     for (PageId p = 0; p < n_pages(); ++p) {

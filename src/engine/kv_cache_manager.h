@@ -10,12 +10,15 @@
 #include "engine/page_allocator.h"
 #include "engine/prefix_cache.h"
 #include "engine/window_slots.h"
+#include "engine/window_snapshots.h"
 
 namespace osprey::engine {
 
 class KvCacheManager {
 public:
-    KvCacheManager(int n_pages, int page_size, int n_window_slots, bool prefix_caching);
+    // Window slots [0, n_window_slots) are for running sequences, the next n_snapshot_slots hold
+    // window snapshots for prefix-cache hits (window_snapshots.h; none without prefix caching).
+    KvCacheManager(int n_pages, int page_size, int n_window_slots, bool prefix_caching, int n_snapshot_slots = 0);
 
     int page_size() const { return page_size_; }
     int n_pages() const { return allocator_.n_pages(); }
@@ -45,6 +48,9 @@ public:
     // Returns the page's key; nothing is cached when caching is off or the key is already taken.
     uint64_t offer_page(PageId page, uint64_t parent, std::span<const int32_t> tokens);
 
+    WindowSnapshots& snapshots() { return snapshots_; }
+    const WindowSnapshots& snapshots() const { return snapshots_; }
+
     int allocate_slot() { return slots_.allocate(); }
     void release_slot(int slot) { slots_.release(slot); }
     bool slot_in_use(int slot) const { return slots_.in_use(slot); }
@@ -59,6 +65,7 @@ private:
     PageAllocator allocator_;
     PrefixCache prefix_;
     WindowSlots slots_;
+    WindowSnapshots snapshots_;
 };
 
 }  // namespace osprey::engine

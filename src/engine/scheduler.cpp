@@ -116,6 +116,7 @@ void Scheduler::preempt(Sequence* seq) {
     seq->window_slot = -1;
     seq->n_computed = 0;
     seq->n_full_cached = 0;
+    seq->snapshot_at = -1;
     seq->status = SeqStatus::waiting;
     ++seq->n_preemptions;
     ++counters_.n_preemptions;
@@ -135,6 +136,8 @@ void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens) {
 
 StepPlan Scheduler::schedule() {
     StepPlan plan;
+    plan.copies = std::move(pending_copies_);  // snapshots of rings the last step completed
+    pending_copies_.clear();
     sort_queues();
     int budget = options_.max_batch_tokens;
     ++step_;
@@ -185,6 +188,7 @@ StepPlan Scheduler::schedule() {
         if (budget == 0) break;
         if (seq->status != SeqStatus::running || is_scheduled(seq)) continue;
         int n = cap_at_fork_point(*seq, seq->n_computed, std::min(seq->n_tokens() - seq->n_computed, budget));
+        if (seq->snapshot_at > seq->n_computed) n = std::min(n, seq->snapshot_at - seq->n_computed);
         if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
             const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
             n = std::min(n, room);
@@ -219,8 +223,13 @@ StepPlan Scheduler::schedule() {
         const int max_hit_pages = (seq->n_tokens() - 1) / kv_.page_size();
         std::vector<PageId> hit = kv_.match_prefix(seq->tokens, max_hit_pages, keys);
         const int n_hit = int(hit.size()) * kv_.page_size();
-        const int start = std::max(0, n_hit - options_.window_replay);
-        const int n = cap_at_fork_point(*seq, start, std::min(seq->n_tokens() - start, budget));
+        // A saved ring for this prefix replaces the replay; without one, the replay's result is saved.
+        const uint64_t prefix_key = n_hit > 0 ? keys.back() : 0;
+        const int snapshot = n_hit > 0 ? kv_.snapshots().find(prefix_key) : -1;
+        const int start = snapshot >= 0 ? n_hit : std::max(0, n_hit - options_.window_replay);
+        const bool save = snapshot < 0 && start < n_hit && kv_.snapshots().n_slots() > 0;
+        int n = cap_at_fork_point(*seq, start, std::min(seq->n_tokens() - start, budget));
+        if (save) n = std::min(n, n_hit - start);
         const int need = pages_for(start + n) - int(hit.size());
         if (need > kv_.n_available_pages() - reserve) {
             kv_.release_pages(hit);
@@ -230,6 +239,12 @@ StepPlan Scheduler::schedule() {
         seq->page_keys = std::move(keys);
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         seq->window_slot = kv_.allocate_slot();
+        if (snapshot >= 0) {
+            plan.copies.push_back({{}, {}, snapshot, seq->window_slot});
+            ++counters_.n_window_restores;
+        }
+        seq->snapshot_at = save ? n_hit : -1;
+        seq->snapshot_key = save ? prefix_key : 0;
         seq->n_computed = start;
         seq->n_full_cached = n_hit;
         seq->status = SeqStatus::running;
@@ -281,6 +296,11 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
                      "commit of a plan that no longer matches sequence ", seq->uid);
         seq->n_computed += c.n_tokens;
         seq->n_full_cached = std::max(seq->n_full_cached, seq->n_computed);
+        if (seq->snapshot_at == seq->n_computed) {  // the replay rebuilt the ring at the hit's end: keep it
+            const int slot = kv_.snapshots().store(seq->snapshot_key);
+            if (slot >= 0) pending_copies_.push_back({{}, {}, seq->window_slot, slot});
+            seq->snapshot_at = -1;
+        }
         (c.n_tokens == 1 && c.want_logits && c.start_pos + 1 == seq->n_tokens() && c.start_pos >= seq->n_prompt()
              ? counters_.n_decode_tokens
              : counters_.n_prefill_tokens) += uint64_t(c.n_tokens);
@@ -328,6 +348,9 @@ std::vector<SeqOutput> Scheduler::abort_request(uint64_t request_uid) {
 }
 
 std::vector<SeqOutput> Scheduler::finish_all(FinishReason reason, const std::string& error) {
+    // After a failed step the backend's rings are in an unknown state: saved ones are forgotten.
+    pending_copies_.clear();
+    kv_.snapshots().clear();
     std::vector<SeqOutput> out;
     std::vector<Sequence*> all;
     for (auto& [uid, seq] : seqs_) all.push_back(seq.get());

@@ -42,6 +42,7 @@ struct SchedulerCounters {
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
     uint64_t n_forked_tokens = 0;  // prompt positions samples took from their leader by copy
+    uint64_t n_window_restores = 0;  // prefix hits that restored a saved window ring instead of replaying
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;
     uint64_t n_generated_tokens = 0;
@@ -101,6 +102,7 @@ private:
     std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;  // every unfinished sequence by uid
     std::vector<Sequence*> waiting_;                                // sorted by (priority desc, uid) when scheduling
     std::vector<Sequence*> running_;
+    std::vector<model::KvCopy> pending_copies_;  // window snapshots taken at commit, run before the next step
     uint64_t next_uid_ = 1;
     uint64_t step_ = 0;  // schedule() calls, to mark the sequences of the current step
     SchedulerCounters counters_;

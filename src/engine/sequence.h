@@ -48,6 +48,11 @@ struct Sequence {
     // through the prefix cache. 0 when not waiting for anyone.
     uint64_t leader_uid = 0;
 
+    // After a prefix hit whose window ring is being rebuilt by a replay: the position where the
+    // rebuilt ring is saved as a window snapshot (chunks stop there once), and the prefix's key.
+    int snapshot_at = -1;
+    uint64_t snapshot_key = 0;
+
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission
     int n_preemptions = 0;

@@ -124,6 +124,9 @@ std::string Metrics::render(const engine::EngineStats& s, const std::string& mod
     header(out, "osprey_forked_prompt_tokens_total", "counter",
            "Prompt positions the samples of n > 1 requests copied from their first sample instead of computing.");
     out += "osprey_forked_prompt_tokens_total " + std::to_string(s.n_forked_tokens) + "\n";
+    header(out, "osprey_window_restores_total", "counter",
+           "Prefix-cache hits that copied a saved sliding-window ring instead of replaying tokens.");
+    out += "osprey_window_restores_total " + std::to_string(s.n_window_restores) + "\n";
     header(out, "osprey_num_preemptions_total", "counter", "Sequences preempted for lack of KV pages.");
     out += "osprey_num_preemptions_total " + std::to_string(s.n_preemptions) + "\n";
     header(out, "osprey_engine_generated_tokens_total", "counter", "Tokens the engine generated (cancelled requests too).");

@@ -211,6 +211,40 @@ TEST(engine, prefix_hit_skips_prefill_and_reports_cached_tokens) {
     EXPECT_EQ(runner.n_tokens_run() - tokens_first, 254 + 8 + 2);
 }
 
+TEST(engine, later_prefix_hits_restore_the_saved_window_ring_instead_of_replaying) {
+    FakeRunner runner;
+    EngineOptions o = small_options();
+    o.max_batch_tokens = 4096;
+    Engine engine(runner, o);
+    std::mt19937 rng(6);
+    const auto prefix = random_tokens(rng, 400, 384);  // 50 pages of 8
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 4; ++i) {
+        std::vector<int32_t> p = prefix;
+        const auto tail = random_tokens(rng, 5 + i, 384);
+        p.insert(p.end(), tail.begin(), tail.end());
+        prompts.push_back(p);
+    }
+    std::vector<int64_t> run, window_only;
+    for (const auto& p : prompts) {
+        const int64_t t0 = runner.n_tokens_run(), w0 = runner.n_window_only_tokens();
+        auto s = engine.submit(greedy_request(p, 3));
+        engine.run_until_idle();
+        EXPECT_EQ(test::collect(*s)[0].tokens, test::greedy_oracle(p, 3, {}, 384, 128)) << "prompt " << run.size();
+        run.push_back(runner.n_tokens_run() - t0);
+        window_only.push_back(runner.n_window_only_tokens() - w0);
+    }
+    // 1st: the whole prompt. 2nd: hits the 50 shared pages, replays 2 x 127 window-only tokens, then
+    // saves the rebuilt ring. 3rd and 4th: copy the saved ring, so they compute only their tails.
+    EXPECT_EQ(run[0], 405 + 2);
+    EXPECT_EQ(window_only[1], 254);
+    EXPECT_EQ(run[1], 254 + 6 + 2);
+    EXPECT_EQ(window_only[2], 0);
+    EXPECT_EQ(run[2], 7 + 2);
+    EXPECT_EQ(run[3], 8 + 2);
+    EXPECT_EQ(engine.stats().n_window_restores, 2u);
+}
+
 TEST(engine, n_samples_share_the_prompt_and_draw_independently) {
     FakeRunner runner;
     EngineOptions o = small_options();
@@ -369,10 +403,17 @@ TEST(engine, kv_plan_reports_window_savings) {
     o.max_num_seqs = 32;
     o.kv_memory_fraction = 0.5;
     const KvPlan plan = plan_kv_cache(runner, o);
-    // 32 MiB: 32 slots of 128 rows x 64 B = 256 KiB, the rest in pages of 16 x 64 B.
-    EXPECT_EQ(plan.layout.n_window_slots, 32);
-    EXPECT_EQ(plan.layout.n_pages, int(((size_t(32) << 20) - 32 * 128 * 64) / (16 * 64)));
+    // 32 MiB: 32 running + 16 snapshot slots of 128 rows x 64 B = 384 KiB, the rest in pages of 16 x 64 B.
+    EXPECT_EQ(plan.layout.n_window_slots, 32 + 16);
+    EXPECT_EQ(plan.n_snapshot_slots, 16);
+    EXPECT_EQ(plan.layout.n_pages, int(((size_t(32) << 20) - 48 * 128 * 64) / (16 * 64)));
     EXPECT_GT(plan.window_saved_bytes, 0);
+    o.enable_prefix_caching = false;  // no saved rings without the prefix cache
+    EXPECT_EQ(plan_kv_cache(runner, o).layout.n_window_slots, 32);
+    o.enable_prefix_caching = true;
+    o.window_snapshots = -1;
+    EXPECT_THROW(plan_kv_cache(runner, o), Error);
+    o.window_snapshots = 16;
     o.max_num_seqs = 1 << 20;
     EXPECT_THROW(plan_kv_cache(runner, o), Error);
     o.max_num_seqs = 4;

@@ -166,14 +166,15 @@ void run_stress(const StressConfig& c, int n_arrivals) {
     EXPECT_GT(st.n_preemptions, 0u);
     if (c.prefix_caching) {
         EXPECT_GT(st.n_prefix_hit_tokens, 0u);
+        EXPECT_GT(st.n_window_restores, 0u) << "later hits restore saved window rings";
     }
     EXPECT_GT(st.n_forked_tokens, 0u) << "n > 1 requests fork their samples";
     std::printf(
         "stress: %d arrivals, %lld steps, %d samples checked, %llu preemptions, %llu prefix-hit tokens, "
-        "%llu forked tokens, %llu window-only tokens\n",
+        "%llu forked tokens, %llu window-only tokens, %llu ring restores\n",
         n_arrivals, (long long)steps, n_checked, (unsigned long long)st.n_preemptions,
         (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_forked_tokens,
-        (unsigned long long)runner.n_window_only_tokens());
+        (unsigned long long)runner.n_window_only_tokens(), (unsigned long long)st.n_window_restores);
 }
 
 }  // namespace
