@@ -42,6 +42,7 @@ void Scheduler::add_request(std::shared_ptr<const RequestInfo> request, const st
         // A fork needs at least one prompt position before the last.
         seq->leader_uid = i == 0 || request->n_prompt < 2 ? 0 : leader;
         if (i == 0) leader = seq->uid;
+        if (seq->leader_uid != 0) ++seqs_.at(leader)->n_followers;
         waiting_.push_back(seq.get());
         seqs_.emplace(seq->uid, std::move(seq));
     }
@@ -58,10 +59,11 @@ bool Scheduler::waits_for_leader(const Sequence& seq) const {
     return leader && leader->n_computed < leader->n_prompt() - 1;
 }
 
-bool Scheduler::has_followers(const Sequence& seq) const {
-    for (const Sequence* w : waiting_)
-        if (w->leader_uid == seq.uid) return true;
-    return false;
+bool Scheduler::has_followers(const Sequence& seq) const { return seq.n_followers > 0; }
+
+void Scheduler::stop_following(Sequence& seq) {
+    if (Sequence* leader = leader_of(seq)) --leader->n_followers;
+    seq.leader_uid = 0;
 }
 
 int Scheduler::cap_at_fork_point(const Sequence& seq, int from, int n) const {
@@ -95,7 +97,7 @@ bool Scheduler::try_fork(StepPlan& plan, Sequence* seq, int reserve) {
     plan.copies.push_back(std::move(copy));
     seq->n_computed = fork_point;
     seq->n_full_cached = fork_point;
-    seq->leader_uid = 0;
+    stop_following(*seq);
     seq->status = SeqStatus::running;
     if (seq->cached_tokens < 0) seq->cached_tokens = fork_point;
     counters_.n_forked_tokens += uint64_t(fork_point);
@@ -216,7 +218,7 @@ StepPlan Scheduler::schedule() {
             continue;
         }
         if (waits_for_leader(*seq)) continue;
-        seq->leader_uid = 0;  // the fork point has passed: an ordinary admission
+        stop_following(*seq);  // the fork point has passed: an ordinary admission
         // A prefix hit covers whole pages and leaves at least the last token to compute (its
         // logits are needed). The window layers replay up to window_replay cached tokens.
         std::vector<uint64_t> keys;
@@ -259,6 +261,7 @@ StepPlan Scheduler::schedule() {
 }
 
 SeqOutput Scheduler::finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error) {
+    stop_following(*seq);
     if (seq->status == SeqStatus::running) {
         kv_.release_pages(seq->pages);
         kv_.release_slot(seq->window_slot);
@@ -367,6 +370,15 @@ void Scheduler::check_invariants() const {
     OSPREY_CHECK(running_.size() + waiting_.size() == seqs_.size(), "running (", running_.size(), ") + waiting (",
                  waiting_.size(), ") != live sequences (", seqs_.size(), ")");
     OSPREY_CHECK(int(running_.size()) <= options_.max_num_seqs, "more running sequences than max_num_seqs");
+    std::unordered_map<uint64_t, int> followers;
+    for (const auto& [uid, seq] : seqs_)
+        if (seq->leader_uid != 0) {
+            ++followers[seq->leader_uid];
+            OSPREY_CHECK(seq->status == SeqStatus::waiting, "sequence ", uid, " follows a leader but is not waiting");
+        }
+    for (const auto& [uid, seq] : seqs_)
+        OSPREY_CHECK(seq->n_followers == followers[uid], "sequence ", uid, " counts ", seq->n_followers,
+                     " followers, ", followers[uid], " follow it");
     for (const Sequence* s : waiting_) {
         OSPREY_CHECK(s->status == SeqStatus::waiting && s->pages.empty() && s->window_slot < 0 && s->n_computed == 0,
                      "waiting sequence ", s->uid, " holds cache resources");

@@ -88,6 +88,7 @@ private:
     Sequence* leader_of(const Sequence& seq) const;       // null when none (or finished)
     bool waits_for_leader(const Sequence& seq) const;     // the leader has not reached the fork point
     bool has_followers(const Sequence& seq) const;        // samples still waiting to fork from seq
+    void stop_following(Sequence& seq);                   // seq no longer waits to fork (keeps counts)
     // n, or less so that a chunk of a leader with followers, starting at position `from`, stops
     // after n_prompt - 1 positions.
     int cap_at_fork_point(const Sequence& seq, int from, int n) const;

@@ -47,6 +47,7 @@ struct Sequence {
     // sample that misses that moment (no room in the step) is admitted like any other request,
     // through the prefix cache. 0 when not waiting for anyone.
     uint64_t leader_uid = 0;
+    int n_followers = 0;  // samples whose leader_uid is this sequence's uid
 
     // After a prefix hit whose window ring is being rebuilt by a replay: the position where the
     // rebuilt ring is saved as a window snapshot (chunks stop there once), and the prefix's key.
