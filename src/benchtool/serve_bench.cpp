@@ -151,12 +151,18 @@ ServeLevel run_level(const ServeOptions& o, const Url& url, const std::string& m
     double t = 0;
     std::exponential_distribution<double> gap(o.request_rate > 0 ? o.request_rate : 1.0);
     std::uniform_int_distribution<size_t> word(0, std::size(kWords) - 1);
+    std::string prefix;
+    for (int w = 0; w < o.prefix_len; ++w) {
+        if (w) prefix += ' ';
+        prefix += kWords[word(rng)];
+    }
     for (RequestPlan& p : plans) {
         if (o.request_rate > 0) t += gap(rng);
         p.arrival_s = o.request_rate > 0 ? t : 0.0;
-        p.input_words = draw_length(rng, o.input_len, o.len_sigma);
+        p.input_words = o.prefix_len + draw_length(rng, o.input_len, o.len_sigma);
         p.max_tokens = draw_length(rng, o.output_len, o.len_sigma);
-        for (int w = 0; w < p.input_words; ++w) {
+        p.prompt = prefix;
+        for (int w = o.prefix_len; w < p.input_words; ++w) {
             if (w) p.prompt += ' ';
             p.prompt += kWords[word(rng)];
         }
@@ -258,6 +264,8 @@ std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progr
     OSPREY_CHECK(o.requests_per_level >= 0 && o.requests_per_level <= 1000000, "--requests must be in [0, 1000000]");
     OSPREY_CHECK(o.request_rate >= 0 && std::isfinite(o.request_rate), "--request-rate must be >= 0");
     OSPREY_CHECK(o.input_len >= 1 && o.input_len <= 1000000, "--input-len must be in [1, 1000000], got ", o.input_len);
+    OSPREY_CHECK(o.prefix_len >= 0 && o.prefix_len <= 1000000, "--prefix-len must be in [0, 1000000], got ",
+                 o.prefix_len);
     OSPREY_CHECK(o.output_len >= 1 && o.output_len <= 1000000, "--output-len must be in [1, 1000000], got ", o.output_len);
     OSPREY_CHECK(o.len_sigma >= 0 && o.len_sigma <= 3, "--len-sigma must be in [0, 3], got ", o.len_sigma);
     const Url url = parse_url(o.url);

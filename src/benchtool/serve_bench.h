@@ -42,6 +42,9 @@ struct ServeOptions {
     int requests_per_level = 0;  // 0: max(8, 4 x concurrency)
     double request_rate = 0;     // requests/s (Poisson); 0: all at once, limited by concurrency
     int input_len = 256;         // mean prompt words (about one token each)
+    // Words every prompt of a level starts with before its own input_len words (the same words for
+    // all, drawn once per level), like a system prompt or a shared document: exercises the prefix cache.
+    int prefix_len = 0;
     int output_len = 128;        // mean max_tokens
     double len_sigma = 0.5;      // log-normal sigma of both lengths; 0: fixed lengths
     double timeout_s = 600;      // per socket wait

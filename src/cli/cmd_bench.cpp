@@ -37,7 +37,8 @@ constexpr const char* kHelp =
     "                            [--steps 32] [--warmup 4] [--kv-fill prefill|copy|shared]\n"
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
-    "                            [--input-len 256] [--output-len 128] [--len-sigma 0.5] [--timeout S]\n"
+    "                            [--input-len 256] [--prefix-len 0] [--output-len 128] [--len-sigma 0.5]\n"
+    "                            [--timeout S]\n"
     "                            [--endpoint chat|completions] [--gpu-price 3.00] [--tp N --ep N --dp N]\n"
     "                            [--out PREFIX] [--seed S]\n"
     "       osprey bench plot    REPORT.json... [--out DIR] [--width 960] [--height 640]\n"
@@ -284,7 +285,7 @@ int bench_decode(const std::vector<std::string>& argv) {
 int bench_serve(const std::vector<std::string>& argv) {
     const cli::Args a(argv, {"url", "served-model", "api-key", "concurrency", "requests", "request-rate", "input-len",
                              "output-len", "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed",
-                             "endpoint"});
+                             "endpoint", "prefix-len"});
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::ServeOptions o;
     o.url = a.get("url", o.url);
@@ -296,6 +297,7 @@ int bench_serve(const std::vector<std::string>& argv) {
     o.requests_per_level = int_flag(a, "requests", 0, 0, 1000000);
     o.request_rate = a.get_double("request-rate", 0.0);
     o.input_len = int_flag(a, "input-len", o.input_len, 1, 1000000);
+    o.prefix_len = int_flag(a, "prefix-len", o.prefix_len, 0, 1000000);
     o.output_len = int_flag(a, "output-len", o.output_len, 1, 1000000);
     o.len_sigma = a.get_double("len-sigma", o.len_sigma);
     o.timeout_s = a.get_double("timeout", o.timeout_s);
@@ -328,6 +330,7 @@ int bench_serve(const std::vector<std::string>& argv) {
     settings.set("requests_per_level", o.requests_per_level);
     settings.set("request_rate", o.request_rate);
     settings.set("input_len", o.input_len);
+    settings.set("prefix_len", o.prefix_len);
     settings.set("output_len", o.output_len);
     settings.set("len_sigma", o.len_sigma);
     settings.set("seed", int64_t(o.seed));
@@ -348,7 +351,8 @@ int bench_serve(const std::vector<std::string>& argv) {
     const std::string md = str(
         "# osprey bench serve\n\n", benchtool::markdown_run_info(info), "- settings: ",
         o.endpoint == "chat" ? "/v1/chat/completions, " : "/v1/completions (raw text), ", o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
-        ", prompts ~", o.input_len, " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
+        ", prompts ", o.prefix_len > 0 ? str(o.prefix_len, " shared words + ") : std::string(), "~", o.input_len,
+        " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
         benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
                                    "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",
                                    "E2E median (s)", "E2E p90 (s)", "USD / M output tokens"},

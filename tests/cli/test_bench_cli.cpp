@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "benchtool/http_client.h"
 #include "benchtool/report.h"
 #include "core/json.h"
 #include "png_check.h"
@@ -331,6 +332,26 @@ TEST_F(BenchCli, ServeAgainstARealOspreyServe) {
     EXPECT_LE(row.at("mean_output_tokens").as_double(), 8);
     EXPECT_GT(row.at("tpot_s").at("median").as_double(), 0);  // tokens arrived one after another
     EXPECT_NE(slurp(dir() / "serve-completions.md").find("/v1/completions (raw text)"), std::string::npos);
+
+    // A shared 80-word prefix, one request at a time: the second request hits the prefix cache and
+    // saves its rebuilt window ring, the later ones restore it (the server's /metrics count both).
+    auto metric = [&](const std::string& name) {
+        const benchtool::HttpResponse m = benchtool::http_request(benchtool::parse_url(server.url()), "GET", "/metrics",
+                                                                  {}, "");
+        const size_t at = m.body.find("\n" + name + " ");
+        return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + name.size() + 2));
+    };
+    const double restores_before = metric("osprey_window_restores_total");
+    ASSERT_GE(restores_before, 0) << "no osprey_window_restores_total in /metrics";
+    const json::Value pr = report_of("bench serve --endpoint completions --url " + server.url() +
+                                         " --concurrency 1 --requests 5 --prefix-len 80 --input-len 6 --output-len 3"
+                                         " --len-sigma 0",
+                                     "serve-prefix");
+    EXPECT_EQ(pr.at("settings").at("prefix_len").as_int(), 80);
+    EXPECT_EQ(pr.at("results").as_array().at(0).at("ok").as_int(), 5);
+    EXPECT_GE(metric("osprey_window_restores_total") - restores_before, 3) << "requests 3-5 restore the saved ring";
+    EXPECT_GT(metric("osprey_prefix_cache_hits_total"), 0);
+    EXPECT_NE(slurp(dir() / "serve-prefix.md").find("prompts 80 shared words + ~6 words"), std::string::npos);
 }
 
 }  // namespace
