@@ -76,6 +76,9 @@ bool Scheduler::try_fork(StepPlan& plan, Sequence* seq, int reserve) {
     Sequence* leader = leader_of(*seq);
     const int fork_point = seq->n_prompt() - 1;
     if (!leader || leader->status != SeqStatus::running || leader->n_computed != fork_point) return false;
+    // The leader's ring is exact only outside a prefix-hit replay (mid-replay, its first rows were
+    // computed over a truncated window; found by the stress test after a preempted leader's recompute).
+    if (leader->n_full_cached > leader->n_computed) return false;
     // Full pages are shared; the page holding position fork_point is private (a copy of the
     // leader's partial page, or a fresh page when fork_point starts one).
     const int ps = kv_.page_size();
@@ -166,6 +169,22 @@ StepPlan Scheduler::schedule() {
         preempted.push_back(seq);
         ++plan.n_preempted;
     };
+
+    // 0. A waiting sequence of higher priority than running ones takes the place of the lowest-ranked
+    //    of them when it could not be admitted otherwise (no window slot, or not the pages of its
+    //    first chunk, counted without prefix hits). Equal priorities never preempt: first come, first
+    //    served. The preempted ones wait behind it and recompute later.
+    if (!waiting_.empty()) {
+        Sequence* head = waiting_.front();
+        const int first_chunk = std::min(head->n_tokens(), options_.max_batch_tokens);
+        auto fits = [&] {
+            return int(running_.size()) < options_.max_num_seqs && kv_.n_free_slots() > 0 &&
+                   pages_for(first_chunk) <= kv_.n_available_pages();
+        };
+        while (!waits_for_leader(*head) && !fits() && !running_.empty() &&
+               running_.back()->request->priority < head->request->priority)
+            preempt_self(running_.back());
+    }
 
     // 1. One decode token for every running sequence that has finished its prefill.
     const std::vector<Sequence*> ranked = running_;

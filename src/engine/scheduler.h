@@ -4,7 +4,8 @@
 // prompt is split into chunks over several steps). When a running sequence needs a page and none
 // is available, the lowest-priority, newest running sequence is preempted: its pages and window
 // slot are released and it waits to be recomputed (its full pages usually stay in the prefix
-// cache, so recomputation is mostly a cache hit). Pure bookkeeping: tests/engine/test_scheduler.cpp.
+// cache, so recomputation is mostly a cache hit). A waiting request of higher priority than running
+// ones preempts the lowest-ranked of them when it would not fit otherwise. Pure bookkeeping: tests/engine/test_scheduler.cpp.
 #pragma once
 
 #include <cstdint>

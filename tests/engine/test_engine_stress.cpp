@@ -24,6 +24,12 @@ int stress_scale() {
     return s ? std::max(1, std::atoi(s)) : 1;
 }
 
+// Added to every configuration's seed, to explore other trajectories offline (CI uses 0).
+uint32_t stress_seed_offset() {
+    const char* s = std::getenv("OSPREY_ENGINE_STRESS_SEED");
+    return s ? uint32_t(std::strtoul(s, nullptr, 10)) : 0u;
+}
+
 // What sample `sample` of `r` must produce on the fake model (no engine involved).
 std::vector<int32_t> oracle(const Request& r, int sample, int vocab, int window, int32_t* stop) {
     std::vector<int32_t> history = r.prompt, out;
@@ -82,7 +88,7 @@ void run_stress(const StressConfig& c, int n_arrivals) {
     o.check_invariants = true;
     Engine engine(runner, o);
 
-    std::mt19937 rng(c.seed);
+    std::mt19937 rng(c.seed + stress_seed_offset());
     auto rand_int = [&](int lo, int hi) { return lo + int(rng() % uint32_t(hi - lo + 1)); };
     std::vector<std::vector<int32_t>> prefixes;
     for (int i = 0; i < 5; ++i) {

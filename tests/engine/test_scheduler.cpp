@@ -77,6 +77,33 @@ TEST(scheduler, admission_follows_priority_then_arrival) {
     commit_all(s, p);
 }
 
+TEST(scheduler, a_higher_priority_arrival_preempts_the_lowest_ranked_running_sequence) {
+    KvCacheManager kv(64, 4, 2, true);
+    Scheduler s({.max_num_seqs = 2, .max_batch_tokens = 100, .window_replay = 7}, kv);
+    s.add_request(info(1, 4, 50, 0), {1, 1, 1, 1}, {SamplingParams{}});
+    s.add_request(info(2, 4, 50, 1), {2, 2, 2, 2}, {SamplingParams{}});
+    commit_all(s, s.schedule());  // both run; the two slots are taken
+    // Same priority as the lowest running one: waits, nothing is preempted.
+    s.add_request(info(3, 4, 50, 0), {3, 3, 3, 3}, {SamplingParams{}});
+    StepPlan p = s.schedule();
+    EXPECT_EQ(p.n_preempted, 0);
+    EXPECT_EQ(s.n_waiting(), 1);
+    commit_all(s, p);
+    // Higher priority than request 1: request 1 is preempted and the arrival runs in this step.
+    s.add_request(info(4, 4, 50, 2), {4, 4, 4, 4}, {SamplingParams{}});
+    p = s.schedule();
+    EXPECT_EQ(p.n_preempted, 1);
+    bool admitted = false;
+    for (const ScheduledChunk& c : p.chunks) {
+        EXPECT_NE(c.seq->request->uid, 1u) << "the preempted request is not scheduled";
+        admitted = admitted || c.seq->request->uid == 4u;
+    }
+    EXPECT_TRUE(admitted);
+    EXPECT_EQ(s.n_waiting(), 2);  // requests 1 and 3
+    commit_all(s, p);
+    s.check_invariants();
+}
+
 TEST(scheduler, out_of_pages_preempts_the_lowest_ranked_and_recomputes_it) {
     KvCacheManager kv(4, 2, 4, false);  // 8 tokens of cache in all
     Scheduler s({.max_num_seqs = 4, .max_batch_tokens = 100, .window_replay = 7}, kv);
