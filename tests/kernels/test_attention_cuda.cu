@@ -156,9 +156,9 @@ struct AttentionTester {
         cuda::attention(a, dp, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         // Outputs are combinations Σ w_j v_j of values |v| <= 1 with weights summing to < 1. Prefill
-        // rows run on tensor cores with the weights rounded to bf16 before P·V (2^-9 relative each),
-        // so |error| <= 2^-9 · Σ w_j |v_j| < 2^-9 absolute; decode rows keep FP32 weights (~1e-6).
-        // Both then round the output to bf16 (2^-9 relative): 2^-9 + 1e-4 absolute, 1/256 relative.
+        // and decode rows both run on tensor cores with the weights rounded to bf16 before P·V (2^-9
+        // relative each), so |error| <= 2^-9 · Σ w_j |v_j| < 2^-9 absolute; then the output is
+        // rounded to bf16 (2^-9 relative): 2^-9 + 1e-4 absolute, 1/256 relative.
         test::expect_close(test::to_float(d_out.download()), want, 1.0 / 512 + 1e-4, 1.0 / 256, "attention");
         if (!plan.merges.empty()) std::printf("  (%zu decode tokens split into %d partials)\n", plan.merges.size(), plan.n_partials);
 
