@@ -1,6 +1,8 @@
 // POST /v1/chat/completions: Harmony prompt in, reasoning / content / tool calls out, streamed over
 // SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: chat_output.cpp.
 #include <optional>
+#include <span>
+#include <utility>
 
 #include "core/log.h"
 #include "harmony/render.h"
@@ -100,7 +102,10 @@ json::Value tool_call_json(const ToolCall& call, int index, bool with_index) {
 
 class ChatJob : public ChoicesJob {
 public:
-    ChatJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, const ChatRequest& r)
+    // primed: the prompt's tail that starts the assistant's turn (a forced call's header), parsed by
+    // every choice before its first generated token.
+    ChatJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, const ChatRequest& r,
+            std::span<const int32_t> primed)
         : ChoicesJob(ctx, {std::move(stream)}, r.params.n, r.params.stream, r.params.include_usage, "chatcmpl-",
                      "chat.completion", "chat.completion.chunk"),
           logprobs_(r.params.sampling.logprobs) {
@@ -110,6 +115,7 @@ public:
         o.stop = r.params.stop;
         for (int i = 0; i < r.params.n; ++i) {
             choices_.emplace_back(ctx.tokenizer, o);
+            choices_.back().pending = choices_.back().output.prime(primed);
         }
     }
 
@@ -117,6 +123,7 @@ protected:
     struct Choice {
         Choice(const tok::Tokenizer& t, const ChatOutputOptions& o) : output(t, o) {}
         ChatOutput output;
+        ChatDelta pending;        // from priming, sent with the first generated token's delta
         json::Array logprobs;     // all of it (non-streaming) or this poll's (streaming)
         bool role_sent = false;
         std::string finish_reason;
@@ -161,14 +168,16 @@ protected:
     void on_token(int choice, const engine::Event& e, Progress& p) override {
         Choice& c = choices_[size_t(choice)];
         if (logprobs_) c.logprobs.push_back(token_logprob_json(ctx_.tokenizer, e));
-        ChatDelta d = c.output.push(e.token);
+        ChatDelta d = std::exchange(c.pending, {});
+        d.append(c.output.push(e.token));
         if (streaming_) emit(choice, d, p);
         if (c.output.stopped()) end_choice(choice);
     }
 
     void on_finish(int choice, const engine::Event& e, Progress& p) override {
         Choice& c = choices_[size_t(choice)];
-        ChatDelta d = c.output.finish(e.stop_token);
+        ChatDelta d = std::exchange(c.pending, {});
+        d.append(c.output.finish(e.stop_token));
         c.finish_reason = c.output.finish_reason(e.reason);
         if (e.reason == engine::FinishReason::error) {
             log::error("chat request ", id_, " failed: ", e.error);
@@ -241,6 +250,8 @@ Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     } catch (const Error& e) {
         throw ApiError(400, std::string("messages: ") + e.what(), "messages");
     }
+    const std::vector<int32_t> primed = r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+    prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "chat";
     request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages",
@@ -253,7 +264,7 @@ Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),
                                   std::end(harmony::kAssistantActionStopTokens));
     auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r));
+    return Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r, primed));
 }
 
 }  // namespace osprey::server

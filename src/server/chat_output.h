@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,20 @@ struct ChatDelta {
     std::vector<ToolCall> tool_calls;         // complete calls (arguments are JSON)
     std::vector<ToolCallDelta> call_deltas;   // the same calls, streamed in pieces
     bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty() && call_deltas.empty(); }
+    void append(ChatDelta&& later);  // `later`'s text and calls after this delta's
 };
+
+// tool_choice "required" or {"type": "function", ...}: the assistant's turn is made to start with a
+// function call by ending the prompt with the call's header (`<|channel|>commentary to=functions.NAME
+// <|constrain|>json<|message|>`, or up to `to=functions.` for "required", where the model writes the
+// name). The arguments are still the model's: a call that is not JSON is reported as content, as ever.
+struct ForcedCall {
+    bool on = false;
+    std::string name;  // empty: any of the request's functions
+};
+// The header's tokens, appended to a prompt rendered for completion (which ends <|start|>assistant)
+// and given to ChatOutput::prime.
+std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f);
 
 struct ChatOutputOptions {
     std::vector<std::string> tool_names;  // the request's function tools (help the parser split "json")
@@ -61,6 +75,9 @@ public:
 
     // A generated token (ignored once stopped()).
     ChatDelta push(int32_t token);
+    // Tokens the prompt supplied as the start of the assistant's turn (a forced call's header): parsed
+    // like generated ones; the delta (a call's first piece) is the caller's to send first.
+    ChatDelta prime(std::span<const int32_t> tokens);
     // The sample ended; `stop_token` is the engine's stop token (or -1): it is fed to the parser so a
     // call ended by <|call|> is complete.
     ChatDelta finish(int32_t stop_token);

@@ -86,7 +86,9 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
             if (c == "none") {
                 r.tools_enabled = false;
                 tools.clear();
-            } else if (c != "auto" && c != "required") {
+            } else if (c == "required") {
+                r.forced.on = true;
+            } else if (c != "auto") {
                 bad_param("tool_choice", "must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}");
             }
         } else if (choice->is_object()) {
@@ -105,11 +107,13 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
                 if (t.name == *name) chosen.push_back(t);
             if (chosen.empty()) bad_param("tool_choice.function.name", "no tool named '" + *name + "' in tools");
             tools = std::move(chosen);
+            r.forced = {true, *name};
         } else {
             wrong_type("tool_choice", "a string or an object", *choice);
         }
     }
     for (const auto& t : tools) r.tool_names.push_back(t.name);
+    if (r.forced.on && tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
     spec.tools = std::move(tools);
 
     if (const json::Value* format = f.object("response_format")) {

@@ -11,6 +11,7 @@
 
 #include "core/json.h"
 #include "harmony/message.h"
+#include "server/chat_output.h"
 #include "server/generation_params.h"
 
 namespace osprey::server {
@@ -21,6 +22,7 @@ struct ChatRequest {
     GenerationParams params;
     std::vector<std::string> tool_names;  // function tools the output may call ("get_weather")
     bool tools_enabled = true;            // false for tool_choice "none": calls are not reported
+    ForcedCall forced;                    // tool_choice "required" or a named function
 };
 
 // Throws ApiError (400) naming the first bad field; unknown members are rejected.

@@ -6,6 +6,8 @@
 // a call whose arguments end up not JSON is closed with status "incomplete" and no arguments.done,
 // and its text follows as a message. Not streamed, only complete calls become items.
 #include <map>
+#include <span>
+#include <utility>
 
 #include "core/log.h"
 #include "harmony/render.h"
@@ -30,6 +32,7 @@ struct ResponsesRequest {
     GenerationParams params;
     bool store = true;
     bool tools_enabled = true;
+    ForcedCall forced;  // tool_choice "required" or a named function
     std::optional<std::string> previous_response_id;
     json::Value echo;  // request fields echoed in the response object
 };
@@ -162,7 +165,9 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
             if (c == "none") {
                 r.tools_enabled = false;
                 r.spec.tools.clear();
-            } else if (c != "auto" && c != "required") {
+            } else if (c == "required") {
+                r.forced.on = true;
+            } else if (c != "auto") {
                 bad_param("tool_choice", "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}");
             }
         } else if (choice->is_object()) {
@@ -177,11 +182,13 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
                 if (t.name == *name) chosen.push_back(t);
             if (chosen.empty()) bad_param("tool_choice.name", "no tool named '" + *name + "' in tools");
             r.spec.tools = std::move(chosen);
+            r.forced = {true, *name};
         } else {
             wrong_type("tool_choice", "a string or an object", *choice);
         }
     }
     r.echo.set("tool_choice", choice_echo);
+    if (r.forced.on && r.spec.tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
 
     if (const json::Value* text = f.object("text")) {
         Fields tf(*text, "text");
@@ -214,7 +221,9 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
 
 class ResponsesJob : public GenerationJob {
 public:
-    ResponsesJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, ResponsesRequest r)
+    // primed: the prompt's tail that starts the assistant's turn (a forced call's header).
+    ResponsesJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, ResponsesRequest r,
+                 std::span<const int32_t> primed)
         : GenerationJob(ctx, {std::move(stream)}, 1, r.params.stream),
           r_(std::move(r)),
           id_(ctx.new_id("resp_")),
@@ -224,7 +233,9 @@ public:
               for (const auto& t : r_.spec.tools) o.tool_names.push_back(t.name);
               o.tools_enabled = r_.tools_enabled;
               return o;
-          }()) {}
+          }()) {
+        pending_ = output_.prime(primed);
+    }
 
     void start(std::function<void()> wake) override {
         if (streaming_) {
@@ -460,10 +471,16 @@ private:
         return p;
     }
 
-    void on_token(int, const engine::Event& e, Progress& p) override { apply(output_.push(e.token), p); }
+    void on_token(int, const engine::Event& e, Progress& p) override {
+        ChatDelta d = std::exchange(pending_, {});
+        d.append(output_.push(e.token));
+        apply(d, p);
+    }
 
     void on_finish(int, const engine::Event& e, Progress& p) override {
-        apply(output_.finish(e.stop_token), p);
+        ChatDelta d = std::exchange(pending_, {});
+        d.append(output_.finish(e.stop_token));
+        apply(d, p);
         close_item(p);
         reason_ = e.reason;
         if (e.reason == engine::FinishReason::error) {
@@ -515,6 +532,7 @@ private:
     const std::string id_;
     const int64_t created_;
     ChatOutput output_;
+    ChatDelta pending_;  // from priming, applied with the first generated token
     std::vector<Item> items_;
     int open_ = -1;
     int sequence_ = 0;
@@ -536,6 +554,8 @@ Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     } catch (const Error& e) {
         throw ApiError(400, std::string("input: ") + e.what(), "input");
     }
+    const std::vector<int32_t> primed = r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+    prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "response";
     request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input",
@@ -544,7 +564,7 @@ Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     request.sampling = r.params.sampling;
     request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));
     auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r)));
+    return Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r), primed));
 }
 
 HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {

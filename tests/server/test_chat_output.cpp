@@ -87,6 +87,38 @@ OutputRun run(const std::string& text, ChatOutputOptions options = {}, engine::F
     return r;
 }
 
+// tool_choice forcing: the prompt ends with the call's header; ChatOutput is primed with those tokens
+// and then sees only the model's continuation.
+TEST(ChatOutput, ForcedCallHeaderPrimesTheParser) {
+    const auto& tk = harmony_tokenizer();
+    const std::vector<int32_t> named = forced_call_tokens(tk, {true, "get_weather"});
+    EXPECT_EQ(tk.decode_bytes(named), "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+    const std::vector<int32_t> any = forced_call_tokens(tk, {true, ""});
+    EXPECT_EQ(tk.decode_bytes(any), "<|channel|>commentary to=functions.");
+
+    ChatOutputOptions o;
+    o.tool_names = {"get_weather", "get_time"};
+    for (const bool by_name : {true, false}) {
+        ChatOutput out(tk, o);
+        ChatDelta d = out.prime(by_name ? named : any);
+        if (by_name) {  // the header is complete: the call's first piece is ready to send
+            ASSERT_EQ(d.call_deltas.size(), 1u);
+            EXPECT_EQ(d.call_deltas[0].name, "get_weather");
+        } else {
+            EXPECT_TRUE(d.empty());
+        }
+        const std::string rest = by_name ? "{\"city\": \"Paris\"}" : "get_time <|constrain|>json<|message|>{}";
+        for (int32_t id : tk.encode(rest, tok::Specials::allowed)) d.append(out.push(id));
+        d.append(out.finish(harmony::kCall));
+        ASSERT_EQ(out.tool_calls().size(), 1u) << (by_name ? "named" : "required");
+        EXPECT_EQ(out.tool_calls()[0].name, by_name ? "get_weather" : "get_time");
+        EXPECT_EQ(out.tool_calls()[0].arguments, by_name ? "{\"city\": \"Paris\"}" : "{}");
+        EXPECT_EQ(out.content(), "");
+        EXPECT_EQ(out.finish_reason(engine::FinishReason::stop), "tool_calls");
+        EXPECT_EQ(out.n_reasoning_tokens(), 0);
+    }
+}
+
 TEST(ChatOutput, AnalysisThenFinal) {
     const OutputRun r = run(
         "<|channel|>analysis<|message|>User asks 2+2. Simple.<|end|><|start|>assistant<|channel|>final<|message|>2 + 2 = "

@@ -453,6 +453,63 @@ class ScriptedCutCall(ScriptedServer):
         self.assertEqual([(o.type, o.status) for o in final.output], [(o.type, o.status) for o in done])
 
 
+class ScriptedForcedNamedCall(ScriptedServer):
+    """tool_choice naming a function: the prompt ends with that call's header, so the (scripted) model
+    only writes the arguments and the call is reported under that name."""
+    SCRIPT = "{\"city\": \"Paris\"}<|call|>"
+
+    def test_named_tool_choice(self):
+        messages = [{"role": "user", "content": "Weather in Paris?"}]
+        named = {"type": "function", "function": {"name": "get_weather"}}
+        r = self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL], tool_choice=named)
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "tool_calls")
+        self.assertEqual(len(c.message.tool_calls), 1)
+        self.assertEqual(c.message.tool_calls[0].function.name, "get_weather")
+        self.assertEqual(json.loads(c.message.tool_calls[0].function.arguments), {"city": "Paris"})
+        self.assertGreater(r.usage.completion_tokens, 0)
+        # The header is part of the prompt: more prompt tokens than with tool_choice "auto".
+        auto = self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL])
+        self.assertGreater(r.usage.prompt_tokens, auto.usage.prompt_tokens)
+        # Streamed: the first tool-call delta names the call (sent with the first generated token).
+        name, args = "", ""
+        for chunk in self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL],
+                                                         tool_choice=named, stream=True):
+            for ch in chunk.choices:
+                for tc in ch.delta.tool_calls or []:
+                    name += tc.function.name or ""
+                    args += tc.function.arguments or ""
+        self.assertEqual((name, json.loads(args)), ("get_weather", {"city": "Paris"}))
+        # The Responses API forces the same way.
+        tool = {"type": "function", "name": "get_weather", "parameters": WEATHER_TOOL["function"]["parameters"]}
+        resp = self.client.responses.create(model=MODEL, input="Weather?", tools=[tool],
+                                            tool_choice={"type": "function", "name": "get_weather"})
+        self.assertEqual([o.type for o in resp.output], ["function_call"])
+        self.assertEqual(json.loads(resp.output[0].arguments), {"city": "Paris"})
+        # A named function that is not among the tools is a 400.
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL],
+                                                tool_choice={"type": "function", "function": {"name": "nope"}})
+
+
+class ScriptedForcedAnyCall(ScriptedServer):
+    """tool_choice "required": the prompt ends at `to=functions.` and the model names the function."""
+    SCRIPT = "get_weather <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>"
+
+    def test_required_tool_choice(self):
+        messages = [{"role": "user", "content": "Weather in Oslo?"}]
+        r = self.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER_TOOL],
+                                                tool_choice="required")
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "tool_calls")
+        self.assertEqual(c.message.tool_calls[0].function.name, "get_weather")
+        self.assertEqual(json.loads(c.message.tool_calls[0].function.arguments), {"city": "Oslo"})
+        # "required" without tools is a 400 naming tool_choice.
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(model=MODEL, messages=messages, tool_choice="required")
+        self.assertIn("tool_choice", str(cm.exception))
+
+
 def harmony_prompt_tokens(messages):
     """Token count of the prompt openai-harmony renders for TinyModel.test_tool_history_is_accepted_and_rendered's
     conversation, or None when openai-harmony is not installed."""
