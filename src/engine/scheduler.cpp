@@ -276,6 +276,12 @@ StepPlan Scheduler::schedule() {
         budget -= n;
     }
     std::erase_if(waiting_, [&](Sequence* s) { return s->status == SeqStatus::running; });
+    // A plan with no chunks is not run: keep its (snapshot) copies for the next one, since their
+    // snapshots are already registered and must be written before any restore reads them.
+    if (plan.chunks.empty()) {
+        pending_copies_ = std::move(plan.copies);
+        plan.copies.clear();
+    }
     return plan;
 }
 
