@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -240,7 +241,29 @@ json::Value ServeLevel::to_json() const {
     v.set("itl_s", itl_s.to_json());
     v.set("tpot_s", tpot_s.to_json());
     v.set("e2e_s", e2e_s.to_json());
+    if (!server_counters.empty()) {
+        json::Value c = json::Object{};
+        for (const auto& [name, delta] : server_counters) c.set(name, delta);
+        v.set("server_counters", std::move(c));
+    }
     return v;
+}
+
+std::vector<std::pair<std::string, double>> parse_counters(std::string_view text, std::span<const char* const> names) {
+    std::vector<std::pair<std::string, double>> out;
+    for (const char* name : names) {
+        const std::string key = std::string(name) + " ";
+        for (size_t at = 0; (at = text.find(key, at)) != std::string_view::npos; at += key.size()) {
+            if (at > 0 && text[at - 1] != '\n') continue;  // a line that starts with the name
+            const size_t end = text.find('\n', at);
+            const std::string value(text.substr(at + key.size(), end == std::string_view::npos ? end : end - at - key.size()));
+            char* stop = nullptr;
+            const double v = std::strtod(value.c_str(), &stop);
+            if (stop != value.c_str()) out.emplace_back(name, v);
+            break;
+        }
+    }
+    return out;
 }
 
 std::string resolve_model(const ServeOptions& o) {
@@ -272,9 +295,23 @@ std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progr
     const std::string model = resolve_model(o);
     std::mt19937_64 rng(o.seed);
     std::vector<ServeLevel> levels;
+    // Best effort: an osprey server's reuse counters; any failure just leaves them out.
+    auto counters = [&]() -> std::vector<std::pair<std::string, double>> {
+        try {
+            const HttpResponse r = http_request(url, "GET", "/metrics", auth_headers(o), "", nullptr, 10.0);
+            if (r.status == 200) return parse_counters(r.body, kServeCounterNames);
+        } catch (const Error&) {
+        }
+        return {};
+    };
     for (int c : o.concurrencies) {
+        const auto before = counters();
         levels.push_back(run_level(o, url, model, c, rng));
-        const ServeLevel& L = levels.back();
+        ServeLevel& L = levels.back();
+        const auto after = counters();
+        for (const auto& [name, v] : after)
+            for (const auto& [name0, v0] : before)
+                if (name == name0) L.server_counters.emplace_back(name, v - v0);
         if (progress)
             progress(str("serve concurrency ", c, ": ", L.n_ok, "/", L.n_requests, " ok, ", L.request_throughput,
                          " req/s, ", L.output_tokens_per_s, " output tokens/s, TTFT median ", L.ttft_s.median * 1e3,

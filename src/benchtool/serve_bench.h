@@ -18,6 +18,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string_view>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -62,8 +65,19 @@ struct ServeLevel {
     double mean_input_tokens = 0, mean_output_tokens = 0;
     bool usage_reported = false;     // token counts came from the server's usage
     Summary ttft_s, itl_s, tpot_s, e2e_s;
+    // How much an osprey server's reuse counters (GET /metrics) grew during the level: prefix-cache
+    // hit tokens, prompt tokens n > 1 samples forked, saved window rings restored, preemptions. Empty
+    // when the server has no such metrics (another server, or /metrics unreachable).
+    std::vector<std::pair<std::string, double>> server_counters;
     json::Value to_json() const;
 };
+
+// The osprey counters run_serve reads from /metrics before and after each level.
+inline constexpr const char* kServeCounterNames[] = {"osprey_prefix_cache_hits_total",
+                                                     "osprey_forked_prompt_tokens_total",
+                                                     "osprey_window_restores_total", "osprey_num_preemptions_total"};
+// Values of `names` in a Prometheus text exposition (metrics without labels); absent ones are left out.
+std::vector<std::pair<std::string, double>> parse_counters(std::string_view text, std::span<const char* const> names);
 
 // The served model id (GET /v1/models) when options.model is empty.
 std::string resolve_model(const ServeOptions& o);

@@ -348,6 +348,14 @@ int bench_serve(const std::vector<std::string>& argv) {
                          fixed(L.itl_s.median * 1e3, 2), fixed(L.itl_s.p90 * 1e3, 2), fixed(L.tpot_s.median * 1e3, 2),
                          fixed(L.e2e_s.median, 3), fixed(L.e2e_s.p90, 3), fixed(cost, 4)});
     }
+    std::string counters_md;
+    for (const auto& L : levels) {
+        if (L.server_counters.empty()) continue;
+        counters_md += str("- concurrency ", L.concurrency, ":");
+        for (size_t i = 0; i < L.server_counters.size(); ++i)
+            counters_md += str(i ? ", " : " ", L.server_counters[i].first, " +", fixed(L.server_counters[i].second, 0));
+        counters_md += "\n";
+    }
     const std::string md = str(
         "# osprey bench serve\n\n", benchtool::markdown_run_info(info), "- settings: ",
         o.endpoint == "chat" ? "/v1/chat/completions, " : "/v1/completions (raw text), ", o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
@@ -356,7 +364,8 @@ int bench_serve(const std::vector<std::string>& argv) {
         benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
                                    "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",
                                    "E2E median (s)", "E2E p90 (s)", "USD / M output tokens"},
-                                  table));
+                                  table),
+        counters_md.empty() ? "" : "\nServer counters during each level (osprey /metrics):\n\n" + counters_md);
     write_outputs(prefix, benchtool::make_report(info, std::move(settings), std::move(results)), md);
     OSPREY_CHECK(!any_failed_level, "every request of a concurrency level failed (first error in ", prefix, ".json)");
     return 0;

@@ -95,6 +95,12 @@ void FakeSseServer::serve(int fd) {
             if (cl != std::string::npos && cl < header_end) content_length = std::stoul(req.substr(cl + 16));
         }
     }
+    if (req.rfind("GET /metrics", 0) == 0) {  // not an osprey server: no metrics
+        ++metrics_requests_;
+        send_all(fd, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        ::close(fd);
+        return;
+    }
     ++requests_;
     if (req.rfind("GET /v1/models", 0) == 0) {
         const std::string body = R"({"object":"list","data":[{"id":"fake-model","object":"model"}]})";

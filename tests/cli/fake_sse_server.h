@@ -27,7 +27,8 @@ public:
     ~FakeSseServer();
     int port() const { return port_; }
     std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-    int requests_seen() const { return requests_.load(); }
+    int requests_seen() const { return requests_.load(); }  // GET /metrics (answered 404) not counted
+    int metrics_requests_seen() const { return metrics_requests_.load(); }
     std::string last_body() const;
 
 private:
@@ -37,6 +38,7 @@ private:
     int port_ = 0;
     std::atomic<bool> stop_{false};
     std::atomic<int> requests_{0};
+    std::atomic<int> metrics_requests_{0};
     std::thread acceptor_;
     std::vector<std::thread> handlers_;
     std::string last_body_;

@@ -349,6 +349,11 @@ TEST_F(BenchCli, ServeAgainstARealOspreyServe) {
                                      "serve-prefix");
     EXPECT_EQ(pr.at("settings").at("prefix_len").as_int(), 80);
     EXPECT_EQ(pr.at("results").as_array().at(0).at("ok").as_int(), 5);
+    // The report carries the server's counter deltas for the level.
+    const json::Value& sc = pr.at("results").as_array().at(0).at("server_counters");
+    EXPECT_GE(sc.at("osprey_window_restores_total").as_double(), 3);
+    EXPECT_GT(sc.at("osprey_prefix_cache_hits_total").as_double(), 0);
+    EXPECT_NE(slurp(dir() / "serve-prefix.md").find("osprey_window_restores_total +"), std::string::npos);
     EXPECT_GE(metric("osprey_window_restores_total") - restores_before, 3) << "requests 3-5 restore the saved ring";
     EXPECT_GT(metric("osprey_prefix_cache_hits_total"), 0);
     EXPECT_NE(slurp(dir() / "serve-prefix.md").find("prompts 80 shared words + ~6 words"), std::string::npos);

@@ -116,6 +116,9 @@ TEST(ServeBench, ReasoningCountsAsTheFirstTokenAndUsageGivesTokenCounts) {
     EXPECT_EQ(levels[1].concurrency, 3);
     // 1 models request + 6 chat requests; the body asks for a stream with usage and never for ignore_eos.
     EXPECT_EQ(server.requests_seen(), 7);
+    // /metrics was asked before and after each level; a server without it (404) leaves no counters.
+    EXPECT_EQ(server.metrics_requests_seen(), 4);
+    for (const ServeLevel& L : levels) EXPECT_TRUE(L.server_counters.empty());
     const json::Value body = json::parse(server.last_body());
     EXPECT_EQ(body.at("model").as_string(), "fake-model");
     EXPECT_TRUE(body.at("stream").as_bool());
@@ -123,6 +126,22 @@ TEST(ServeBench, ReasoningCountsAsTheFirstTokenAndUsageGivesTokenCounts) {
     EXPECT_EQ(body.at("max_tokens").as_int(), 16);
     EXPECT_EQ(body.find("ignore_eos"), nullptr);
     EXPECT_EQ(body.at("messages").as_array()[0].at("content").as_string().size() > 12, true);
+}
+
+TEST(ServeBench, CountersAreParsedFromPrometheusText) {
+    const std::string text =
+        "# HELP osprey_prefix_cache_hits_total Prompt tokens found in the prefix cache.\n"
+        "# TYPE osprey_prefix_cache_hits_total counter\n"
+        "osprey_prefix_cache_hits_total 1536\n"
+        "my_osprey_window_restores_total 99\n"  // another metric whose name ends the same
+        "osprey_window_restores_total 7\n"
+        "osprey_num_preemptions_total 0";
+    const auto c = parse_counters(text, kServeCounterNames);
+    ASSERT_EQ(c.size(), 3u);  // osprey_forked_prompt_tokens_total is absent
+    EXPECT_EQ(c[0], std::make_pair(std::string("osprey_prefix_cache_hits_total"), 1536.0));
+    EXPECT_EQ(c[1], std::make_pair(std::string("osprey_window_restores_total"), 7.0));
+    EXPECT_EQ(c[2], std::make_pair(std::string("osprey_num_preemptions_total"), 0.0));
+    EXPECT_TRUE(parse_counters("", kServeCounterNames).empty());
 }
 
 TEST(ServeBench, ReasoningFieldAndClientSideCountsWithoutUsage) {
