@@ -38,7 +38,7 @@ void check_forward_batch(const ForwardBatch& batch, const Config& config, const 
                      batch.tokens[t], " at index ", t, " outside the vocabulary [0, ", config.vocab_size, ")");
 }
 
-std::vector<PageRun> plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
+std::vector<KvRowRun> plan_kv_copy(const KvCopy& copy, const KvLayout& layout, int sliding_window) {
     OSPREY_CHECK(copy.src_pages.size() == copy.dst_pages.size(), "copy_kv: ", copy.src_pages.size(),
                  " source pages but ", copy.dst_pages.size(), " destination pages");
     OSPREY_CHECK((copy.src_slot < 0) == (copy.dst_slot < 0), "copy_kv: window slots ", copy.src_slot, " -> ",
@@ -61,14 +61,18 @@ std::vector<PageRun> plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
                      role[size_t(d)] == 1 ? " is both a source and a destination" : " is a destination twice");
         role[size_t(d)] = 2;
     }
-    std::vector<PageRun> runs;
+    const int64_t ps = layout.page_size;
+    std::vector<KvRowRun> runs;
     for (size_t i = 0; i < copy.src_pages.size(); ++i) {
-        const int32_t s = copy.src_pages[i], d = copy.dst_pages[i];
-        if (!runs.empty() && runs.back().src + runs.back().count == s && runs.back().dst + runs.back().count == d)
-            ++runs.back().count;
+        const int64_t s = copy.src_pages[i] * ps, d = copy.dst_pages[i] * ps;
+        if (!runs.empty() && runs.back().src + runs.back().n == s && runs.back().dst + runs.back().n == d)
+            runs.back().n += ps;
         else
-            runs.push_back({s, d, 1});
+            runs.push_back({false, s, d, ps});
     }
+    if (copy.src_slot >= 0)
+        runs.push_back({true, int64_t(copy.src_slot) * sliding_window, int64_t(copy.dst_slot) * sliding_window,
+                        sliding_window});
     return runs;
 }
 

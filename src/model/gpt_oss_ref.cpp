@@ -129,22 +129,15 @@ void CpuReference::allocate_kv(const KvLayout& layout) {
 }
 
 void CpuReference::copy_kv(const KvCopy& copy) {
-    const std::vector<PageRun> runs = plan_kv_copy(copy, layout_);
     const Config& c = config_;
+    const std::vector<KvRowRun> runs = plan_kv_copy(copy, layout_, c.sliding_window);
     const size_t kv_dim = size_t(c.kv_dim());
-    const size_t page = size_t(layout_.page_size) * kv_dim, ring = size_t(c.sliding_window) * kv_dim;
-    for (int i = 0; i < c.n_layers; ++i) {
-        for (std::vector<float>* cache : {&kv_[i].k, &kv_[i].v}) {
-            float* base = cache->data();
-            if (c.is_sliding(i)) {
-                if (copy.src_slot >= 0)
-                    std::copy_n(base + size_t(copy.src_slot) * ring, ring, base + size_t(copy.dst_slot) * ring);
-            } else {
-                for (const PageRun& r : runs)
-                    std::copy_n(base + size_t(r.src) * page, size_t(r.count) * page, base + size_t(r.dst) * page);
-            }
-        }
-    }
+    for (int i = 0; i < c.n_layers; ++i)
+        for (std::vector<float>* cache : {&kv_[i].k, &kv_[i].v})
+            for (const KvRowRun& r : runs)
+                if (r.sliding == c.is_sliding(i))
+                    std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
+                                cache->data() + size_t(r.dst) * kv_dim);
     if (copy.src_slot >= 0) {
         slot_begin_[copy.dst_slot] = slot_begin_[copy.src_slot];
         slot_end_[copy.dst_slot] = slot_end_[copy.src_slot];

@@ -15,7 +15,9 @@ ScriptedRunner::ScriptedRunner(model::Config config, std::vector<int32_t> script
         OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
 }
 
-void ScriptedRunner::copy_kv(const model::KvCopy& copy) { (void)model::plan_kv_copy(copy, layout_); }
+void ScriptedRunner::copy_kv(const model::KvCopy& copy) {
+    (void)model::plan_kv_copy(copy, layout_, config_.sliding_window);
+}
 
 void ScriptedRunner::forward(const model::ForwardBatch& batch) {
     n_logit_rows_ = batch.n_logit_rows();

@@ -50,11 +50,10 @@ void FakeRunner::allocate_kv(const model::KvLayout& layout) {
 }
 
 void FakeRunner::copy_kv(const model::KvCopy& copy) {
-    const int ps = layout_.page_size, w = config_.sliding_window;
-    for (const model::PageRun& r : model::plan_kv_copy(copy, layout_))
-        std::copy_n(pages_.begin() + ptrdiff_t(r.src) * ps, size_t(r.count) * ps, pages_.begin() + ptrdiff_t(r.dst) * ps);
-    if (copy.src_slot >= 0)
-        std::copy_n(window_.begin() + ptrdiff_t(copy.src_slot) * w, w, window_.begin() + ptrdiff_t(copy.dst_slot) * w);
+    for (const model::KvRowRun& r : model::plan_kv_copy(copy, layout_, config_.sliding_window)) {
+        std::vector<Row>& rows = r.sliding ? window_ : pages_;
+        std::copy_n(rows.begin() + r.src, r.n, rows.begin() + r.dst);
+    }
 }
 
 std::vector<float> FakeRunner::reference_logits(std::span<const int32_t> history, int vocab_size, int sliding_window) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -216,14 +217,19 @@ TEST(reference, bad_kv_copies_are_refused_and_change_nothing) {
 
 TEST(reference, kv_copy_plan_merges_consecutive_pages) {
     const KvLayout layout{.page_size = 4, .n_pages = 32, .n_window_slots = 2};
-    const std::vector<PageRun> runs =
-        plan_kv_copy({.src_pages = {0, 1, 2, 7, 8, 3}, .dst_pages = {10, 11, 12, 20, 22, 23}}, layout);
-    ASSERT_EQ(runs.size(), 4u);
-    EXPECT_EQ((std::vector<int>{runs[0].src, runs[0].dst, runs[0].count}), (std::vector<int>{0, 10, 3}));
-    EXPECT_EQ((std::vector<int>{runs[1].src, runs[1].dst, runs[1].count}), (std::vector<int>{7, 20, 1}));
-    EXPECT_EQ((std::vector<int>{runs[2].src, runs[2].dst, runs[2].count}), (std::vector<int>{8, 22, 1}));
-    EXPECT_EQ((std::vector<int>{runs[3].src, runs[3].dst, runs[3].count}), (std::vector<int>{3, 23, 1}));
-    EXPECT_TRUE(plan_kv_copy({}, layout).empty());
+    auto as_tuple = [](const KvRowRun& r) { return std::make_tuple(r.sliding, r.src, r.dst, r.n); };
+    const std::vector<KvRowRun> runs =
+        plan_kv_copy({.src_pages = {0, 1, 2, 7, 8, 3}, .dst_pages = {10, 11, 12, 20, 22, 23}}, layout, 16);
+    ASSERT_EQ(runs.size(), 4u);  // pages 0-2 -> 10-12 merged; 7 -> 20, 8 -> 22, 3 -> 23 alone (rows of 4 per page)
+    EXPECT_EQ(as_tuple(runs[0]), std::make_tuple(false, int64_t(0), int64_t(40), int64_t(12)));
+    EXPECT_EQ(as_tuple(runs[1]), std::make_tuple(false, int64_t(28), int64_t(80), int64_t(4)));
+    EXPECT_EQ(as_tuple(runs[2]), std::make_tuple(false, int64_t(32), int64_t(88), int64_t(4)));
+    EXPECT_EQ(as_tuple(runs[3]), std::make_tuple(false, int64_t(12), int64_t(92), int64_t(4)));
+    EXPECT_TRUE(plan_kv_copy({}, layout, 16).empty());
+    // A window slot is one run of the ring's rows.
+    const std::vector<KvRowRun> ring = plan_kv_copy({.src_pages = {}, .dst_pages = {}, .src_slot = 1, .dst_slot = 0}, layout, 16);
+    ASSERT_EQ(ring.size(), 1u);
+    EXPECT_EQ(as_tuple(ring[0]), std::make_tuple(true, int64_t(16), int64_t(0), int64_t(16)));
 }
 
 TEST(reference, rejects_bad_batches) {

@@ -204,23 +204,16 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
 
 void CudaRunner::copy_kv(const KvCopy& copy) {
     OSPREY_CHECK(!k_cache_.empty(), "copy_kv: allocate_kv first");
-    const std::vector<PageRun> runs = plan_kv_copy(copy, layout_);
     const Config& c = config_;
-    const size_t kv_dim = size_t(c.kv_dim());
-    const size_t page = size_t(layout_.page_size) * kv_dim, ring = size_t(c.sliding_window) * kv_dim;
-    auto copy_rows = [&](bf16* base, size_t src, size_t dst, size_t n) {
-        CUDA_CHECK(cudaMemcpyAsync(base + dst, base + src, n * sizeof(bf16), cudaMemcpyDeviceToDevice, stream_.get()));
-    };
-    for (int i = 0; i < c.n_layers; ++i) {
-        for (bf16* base : {k_cache_[i].get(), v_cache_[i].get()}) {
-            if (c.is_sliding(i)) {
-                if (copy.src_slot >= 0) copy_rows(base, size_t(copy.src_slot) * ring, size_t(copy.dst_slot) * ring, ring);
-            } else {
-                for (const PageRun& r : runs)
-                    copy_rows(base, size_t(r.src) * page, size_t(r.dst) * page, size_t(r.count) * page);
-            }
-        }
-    }
+    const std::vector<KvRowRun> runs = plan_kv_copy(copy, layout_, c.sliding_window);
+    const size_t row_bytes = size_t(c.kv_dim()) * sizeof(bf16);
+    for (int i = 0; i < c.n_layers; ++i)
+        for (bf16* base : {k_cache_[i].get(), v_cache_[i].get()})
+            for (const KvRowRun& r : runs)
+                if (r.sliding == c.is_sliding(i))
+                    CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(base) + size_t(r.dst) * row_bytes,
+                                               reinterpret_cast<const char*>(base) + size_t(r.src) * row_bytes,
+                                               size_t(r.n) * row_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
     if (copy.src_slot >= 0) {
         slot_begin_[copy.dst_slot] = slot_begin_[copy.src_slot];
         slot_end_[copy.dst_slot] = slot_end_[copy.src_slot];
