@@ -2,7 +2,6 @@
 // SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: chat_output.cpp.
 #include <optional>
 #include <span>
-#include <utility>
 
 #include "core/log.h"
 #include "harmony/render.h"
@@ -115,7 +114,7 @@ public:
         o.stop = r.params.stop;
         for (int i = 0; i < r.params.n; ++i) {
             choices_.emplace_back(ctx.tokenizer, o);
-            choices_.back().pending = choices_.back().output.prime(primed);
+            choices_.back().output.prime(primed);
         }
     }
 
@@ -123,7 +122,6 @@ protected:
     struct Choice {
         Choice(const tok::Tokenizer& t, const ChatOutputOptions& o) : output(t, o) {}
         ChatOutput output;
-        ChatDelta pending;        // from priming, sent with the first generated token's delta
         json::Array logprobs;     // all of it (non-streaming) or this poll's (streaming)
         bool role_sent = false;
         std::string finish_reason;
@@ -168,16 +166,14 @@ protected:
     void on_token(int choice, const engine::Event& e, Progress& p) override {
         Choice& c = choices_[size_t(choice)];
         if (logprobs_) c.logprobs.push_back(token_logprob_json(ctx_.tokenizer, e));
-        ChatDelta d = std::exchange(c.pending, {});
-        d.append(c.output.push(e.token));
+        ChatDelta d = c.output.push(e.token);
         if (streaming_) emit(choice, d, p);
         if (c.output.stopped()) end_choice(choice);
     }
 
     void on_finish(int choice, const engine::Event& e, Progress& p) override {
         Choice& c = choices_[size_t(choice)];
-        ChatDelta d = std::exchange(c.pending, {});
-        d.append(c.output.finish(e.stop_token));
+        ChatDelta d = c.output.finish(e.stop_token);
         c.finish_reason = c.output.finish_reason(e.reason);
         if (e.reason == engine::FinishReason::error) {
             log::error("chat request ", id_, " failed: ", e.error);

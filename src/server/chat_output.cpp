@@ -2,6 +2,7 @@
 #include "server/chat_output.h"
 
 #include <random>
+#include <utility>
 
 #include "core/json.h"
 #include "harmony/render.h"
@@ -148,17 +149,15 @@ void ChatOutput::end_call(const harmony::Message& m, ChatDelta& d) {
 }
 
 ChatDelta ChatOutput::push(int32_t token) {
-    ChatDelta d;
+    ChatDelta d = std::exchange(primed_, {});
     if (finished_ || stopped()) return d;
     for (const harmony::Event& e : parser_.push(token)) handle(e, d);
     if (kind_ == Kind::reasoning) ++n_reasoning_tokens_;
     return d;
 }
 
-ChatDelta ChatOutput::prime(std::span<const int32_t> tokens) {
-    ChatDelta d;
-    for (int32_t t : tokens) d.append(push(t));
-    return d;
+void ChatOutput::prime(std::span<const int32_t> tokens) {
+    for (int32_t t : tokens) primed_.append(push(t));
 }
 
 void ChatDelta::append(ChatDelta&& later) {
@@ -183,7 +182,7 @@ std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const F
 }
 
 ChatDelta ChatOutput::finish(int32_t stop_token) {
-    ChatDelta d;
+    ChatDelta d = std::exchange(primed_, {});
     if (finished_) return d;
     finished_ = true;
     if (!stopped()) {

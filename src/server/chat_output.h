@@ -76,8 +76,9 @@ public:
     // A generated token (ignored once stopped()).
     ChatDelta push(int32_t token);
     // Tokens the prompt supplied as the start of the assistant's turn (a forced call's header): parsed
-    // like generated ones; the delta (a call's first piece) is the caller's to send first.
-    ChatDelta prime(std::span<const int32_t> tokens);
+    // like generated ones; what they produce (a call's first piece) comes out with the next push() or
+    // finish(), before that token's own delta.
+    void prime(std::span<const int32_t> tokens);
     // The sample ended; `stop_token` is the engine's stop token (or -1): it is fed to the parser so a
     // call ended by <|call|> is complete.
     ChatDelta finish(int32_t stop_token);
@@ -104,6 +105,7 @@ private:
     ChatOutputOptions options_;
     harmony::StreamParser parser_;
     StopStrings stops_;
+    ChatDelta primed_;                // prime()'s delta, not yet returned
     Kind kind_ = Kind::none;          // of the message being generated
     std::string streamed_;            // content streamed for the current message
     std::string reasoning_, content_;

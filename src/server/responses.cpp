@@ -7,7 +7,6 @@
 // and its text follows as a message. Not streamed, only complete calls become items.
 #include <map>
 #include <span>
-#include <utility>
 
 #include "core/log.h"
 #include "harmony/render.h"
@@ -234,7 +233,7 @@ public:
               o.tools_enabled = r_.tools_enabled;
               return o;
           }()) {
-        pending_ = output_.prime(primed);
+        output_.prime(primed);
     }
 
     void start(std::function<void()> wake) override {
@@ -471,16 +470,10 @@ private:
         return p;
     }
 
-    void on_token(int, const engine::Event& e, Progress& p) override {
-        ChatDelta d = std::exchange(pending_, {});
-        d.append(output_.push(e.token));
-        apply(d, p);
-    }
+    void on_token(int, const engine::Event& e, Progress& p) override { apply(output_.push(e.token), p); }
 
     void on_finish(int, const engine::Event& e, Progress& p) override {
-        ChatDelta d = std::exchange(pending_, {});
-        d.append(output_.finish(e.stop_token));
-        apply(d, p);
+        apply(output_.finish(e.stop_token), p);
         close_item(p);
         reason_ = e.reason;
         if (e.reason == engine::FinishReason::error) {
@@ -532,7 +525,6 @@ private:
     const std::string id_;
     const int64_t created_;
     ChatOutput output_;
-    ChatDelta pending_;  // from priming, applied with the first generated token
     std::vector<Item> items_;
     int open_ = -1;
     int sequence_ = 0;

@@ -100,15 +100,18 @@ TEST(ChatOutput, ForcedCallHeaderPrimesTheParser) {
     o.tool_names = {"get_weather", "get_time"};
     for (const bool by_name : {true, false}) {
         ChatOutput out(tk, o);
-        ChatDelta d = out.prime(by_name ? named : any);
-        if (by_name) {  // the header is complete: the call's first piece is ready to send
-            ASSERT_EQ(d.call_deltas.size(), 1u);
-            EXPECT_EQ(d.call_deltas[0].name, "get_weather");
-        } else {
-            EXPECT_TRUE(d.empty());
-        }
+        out.prime(by_name ? named : any);
         const std::string rest = by_name ? "{\"city\": \"Paris\"}" : "get_time <|constrain|>json<|message|>{}";
-        for (int32_t id : tk.encode(rest, tok::Specials::allowed)) d.append(out.push(id));
+        const std::vector<int32_t> ids = tk.encode(rest, tok::Specials::allowed);
+        ChatDelta d = out.push(ids[0]);
+        if (by_name) {  // the primed header was complete: its call's first piece comes with the first token
+            ASSERT_GE(d.call_deltas.size(), 1u);
+            EXPECT_EQ(d.call_deltas[0].name, "get_weather");
+            EXPECT_FALSE(d.call_deltas[0].id.empty());
+        } else {
+            EXPECT_TRUE(d.call_deltas.empty());
+        }
+        for (size_t i = 1; i < ids.size(); ++i) d.append(out.push(ids[i]));
         d.append(out.finish(harmony::kCall));
         ASSERT_EQ(out.tool_calls().size(), 1u) << (by_name ? "named" : "required");
         EXPECT_EQ(out.tool_calls()[0].name, by_name ? "get_weather" : "get_time");
