@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "core/json.h"
-#include "harmony/render.h"
 #include "harmony/special_tokens.h"
 
 namespace osprey::server {
@@ -165,20 +164,6 @@ void ChatDelta::append(ChatDelta&& later) {
     content += later.content;
     for (auto& c : later.tool_calls) tool_calls.push_back(std::move(c));
     for (auto& c : later.call_deltas) call_deltas.push_back(std::move(c));
-}
-
-std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f) {
-    harmony::Rendered header;
-    header.add_special(harmony::kChannel);
-    if (f.name.empty()) {
-        header.add_text("commentary to=functions.");
-    } else {
-        header.add_text("commentary to=functions." + f.name + " ");
-        header.add_special(harmony::kConstrain);
-        header.add_text("json");
-        header.add_special(harmony::kMessage);
-    }
-    return header.tokens(tokenizer);
 }
 
 ChatDelta ChatOutput::finish(int32_t stop_token) {

@@ -51,18 +51,6 @@ struct ChatDelta {
     void append(ChatDelta&& later);  // `later`'s text and calls after this delta's
 };
 
-// tool_choice "required" or {"type": "function", ...}: the assistant's turn is made to start with a
-// function call by ending the prompt with the call's header (`<|channel|>commentary to=functions.NAME
-// <|constrain|>json<|message|>`, or up to `to=functions.` for "required", where the model writes the
-// name). The arguments are still the model's: a call that is not JSON is reported as content, as ever.
-struct ForcedCall {
-    bool on = false;
-    std::string name;  // empty: any of the request's functions
-};
-// The header's tokens, appended to a prompt rendered for completion (which ends <|start|>assistant)
-// and given to ChatOutput::prime.
-std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f);
-
 struct ChatOutputOptions {
     std::vector<std::string> tool_names;  // the request's function tools (help the parser split "json")
     bool tools_enabled = true;            // false: calls are reported as content

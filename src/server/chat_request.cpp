@@ -80,40 +80,9 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
                 if (tools[j].name == tools.back().name) bad_param(path, "duplicate function name '" + tools[j].name + "'");
         }
     }
-    if (const json::Value* choice = f.get("tool_choice")) {
-        if (choice->is_string()) {
-            const std::string& c = choice->as_string();
-            if (c == "none") {
-                r.tools_enabled = false;
-                tools.clear();
-            } else if (c == "required") {
-                r.forced.on = true;
-            } else if (c != "auto") {
-                bad_param("tool_choice", "must be 'none', 'auto', 'required' or {\"type\": \"function\", ...}");
-            }
-        } else if (choice->is_object()) {
-            Fields cf(*choice, "tool_choice");
-            auto type = cf.string("type");
-            if (!type || *type != "function") bad_param("tool_choice.type", "must be 'function'");
-            const json::Value* fn = cf.object("function");
-            if (!fn) bad_param("tool_choice.function", "required", "missing_required_parameter");
-            Fields ff(*fn, "tool_choice.function");
-            auto name = ff.string("name");
-            if (!name) bad_param("tool_choice.function.name", "required", "missing_required_parameter");
-            ff.finish();
-            cf.finish();
-            std::vector<ToolDescription> chosen;
-            for (auto& t : tools)
-                if (t.name == *name) chosen.push_back(t);
-            if (chosen.empty()) bad_param("tool_choice.function.name", "no tool named '" + *name + "' in tools");
-            tools = std::move(chosen);
-            r.forced = {true, *name};
-        } else {
-            wrong_type("tool_choice", "a string or an object", *choice);
-        }
-    }
+    if (const json::Value* choice = f.get("tool_choice"))
+        r.forced = apply_tool_choice(*choice, /*nested_name=*/true, tools, r.tools_enabled);
     for (const auto& t : tools) r.tool_names.push_back(t.name);
-    if (r.forced.on && tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
     spec.tools = std::move(tools);
 
     if (const json::Value* format = f.object("response_format")) {

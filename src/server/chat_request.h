@@ -11,8 +11,8 @@
 
 #include "core/json.h"
 #include "harmony/message.h"
-#include "server/chat_output.h"
 #include "server/generation_params.h"
+#include "server/harmony_prompt.h"
 
 namespace osprey::server {
 

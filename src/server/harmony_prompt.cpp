@@ -3,6 +3,8 @@
 
 #include <ctime>
 
+#include "harmony/render.h"
+#include "harmony/special_tokens.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -111,6 +113,65 @@ Message tool_call_message(const std::string& name, const std::string& arguments)
 
 Message tool_result_message(const std::string& name, const std::string& output) {
     return Message::tool("functions." + name, output).with_recipient("assistant").with_channel("commentary");
+}
+
+ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name, std::vector<harmony::ToolDescription>& tools,
+                             bool& tools_enabled) {
+    ForcedCall forced;
+    if (choice.is_string()) {
+        const std::string& c = choice.as_string();
+        if (c == "none") {
+            tools_enabled = false;
+            tools.clear();
+        } else if (c == "required") {
+            forced.on = true;
+        } else if (c != "auto") {
+            bad_param("tool_choice", std::string("must be 'none', 'auto', 'required' or {\"type\": \"function\", ") +
+                                         (nested_name ? "...}" : "\"name\": ...}"));
+        }
+    } else if (choice.is_object()) {
+        Fields cf(choice, "tool_choice");
+        auto type = cf.string("type");
+        if (!type || *type != "function") bad_param("tool_choice.type", "must be 'function'");
+        const std::string name_path = nested_name ? "tool_choice.function.name" : "tool_choice.name";
+        std::optional<std::string> name;
+        if (nested_name) {
+            const json::Value* fn = cf.object("function");
+            if (!fn) bad_param("tool_choice.function", "required", "missing_required_parameter");
+            Fields ff(*fn, "tool_choice.function");
+            name = ff.string("name");
+            if (!name) bad_param(name_path, "required", "missing_required_parameter");
+            ff.finish();
+        } else {
+            name = cf.string("name");
+            if (!name) bad_param(name_path, "required", "missing_required_parameter");
+        }
+        cf.finish();
+        std::vector<harmony::ToolDescription> chosen;
+        for (auto& t : tools)
+            if (t.name == *name) chosen.push_back(t);
+        if (chosen.empty()) bad_param(name_path, "no tool named '" + *name + "' in tools");
+        tools = std::move(chosen);
+        forced = {true, *name};
+    } else {
+        wrong_type("tool_choice", "a string or an object", choice);
+    }
+    if (forced.on && tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
+    return forced;
+}
+
+std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f) {
+    harmony::Rendered header;
+    header.add_special(harmony::kChannel);
+    if (f.name.empty()) {
+        header.add_text("commentary to=functions.");
+    } else {
+        header.add_text("commentary to=functions." + f.name + " ");
+        header.add_special(harmony::kConstrain);
+        header.add_text("json");
+        header.add_special(harmony::kMessage);
+    }
+    return header.tokens(tokenizer);
 }
 
 }  // namespace osprey::server

@@ -4,12 +4,17 @@
 // Spec: shared/spec/harmony.md §3-§6. Tests: tests/server/test_chat_request.cpp.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/json.h"
 #include "harmony/message.h"
+
+namespace osprey::tok {
+class Tokenizer;
+}
 
 namespace osprey::server {
 
@@ -35,6 +40,26 @@ harmony::ToolDescription parse_function(const json::Value& value, const std::str
 // Text of a message content: a string, or an array of text parts ({"type": text_type, "text"}).
 std::string content_text(const json::Value& value, const std::string& param,
                          std::initializer_list<std::string_view> text_types = {"text"});
+
+// tool_choice "required" or a named function: the assistant's turn is made to start with a function
+// call by ending the prompt with the call's header (`<|channel|>commentary to=functions.NAME
+// <|constrain|>json<|message|>`, or up to `to=functions.` for "required", where the model writes the
+// name). The arguments are still the model's: a call that is not JSON is reported as content, as ever.
+struct ForcedCall {
+    bool on = false;
+    std::string name;  // empty: any of the request's functions
+};
+
+// tool_choice of either API: "none" drops the tools and sets tools_enabled false, "auto" changes
+// nothing, "required" or {"type": "function", <name>} forces a call (a named one keeps only that
+// tool). The chat API nests the name ({"function": {"name"}}, nested_name), the responses API puts
+// "name" at the top level. A forced call without tools, or an unknown name, is an ApiError.
+ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name, std::vector<harmony::ToolDescription>& tools,
+                             bool& tools_enabled);
+
+// The forced call's header tokens, appended to a prompt rendered for completion (which ends
+// <|start|>assistant) and given to ChatOutput::prime.
+std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f);
 
 // A tool call as Harmony history: assistant, commentary, to=functions.name, <|constrain|>json.
 harmony::Message tool_call_message(const std::string& name, const std::string& arguments);

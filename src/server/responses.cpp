@@ -159,35 +159,9 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
     json::Value choice_echo = "auto";
     if (const json::Value* choice = f.get("tool_choice")) {
         choice_echo = *choice;
-        if (choice->is_string()) {
-            const std::string& c = choice->as_string();
-            if (c == "none") {
-                r.tools_enabled = false;
-                r.spec.tools.clear();
-            } else if (c == "required") {
-                r.forced.on = true;
-            } else if (c != "auto") {
-                bad_param("tool_choice", "must be 'none', 'auto', 'required' or {\"type\": \"function\", \"name\": ...}");
-            }
-        } else if (choice->is_object()) {
-            Fields cf(*choice, "tool_choice");
-            auto type = cf.string("type");
-            if (!type || *type != "function") bad_param("tool_choice.type", "must be 'function'");
-            auto name = cf.string("name");
-            if (!name) bad_param("tool_choice.name", "required", "missing_required_parameter");
-            cf.finish();
-            std::vector<ToolDescription> chosen;
-            for (auto& t : r.spec.tools)
-                if (t.name == *name) chosen.push_back(t);
-            if (chosen.empty()) bad_param("tool_choice.name", "no tool named '" + *name + "' in tools");
-            r.spec.tools = std::move(chosen);
-            r.forced = {true, *name};
-        } else {
-            wrong_type("tool_choice", "a string or an object", *choice);
-        }
+        r.forced = apply_tool_choice(*choice, /*nested_name=*/false, r.spec.tools, r.tools_enabled);
     }
     r.echo.set("tool_choice", choice_echo);
-    if (r.forced.on && r.spec.tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
 
     if (const json::Value* text = f.object("text")) {
         Fields tf(*text, "text");

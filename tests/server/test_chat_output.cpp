@@ -8,6 +8,7 @@
 #include "core/json.h"
 #include "harmony/special_tokens.h"
 #include "server/chat_output.h"
+#include "server/harmony_prompt.h"
 #include "server/json_prefix.h"
 #include "server/stop_strings.h"
 #include "server_test_util.h"
