@@ -279,7 +279,7 @@ std::string resolve_model(const ServeOptions& o) {
     return data->as_array()[0].at("id").as_string();
 }
 
-std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progress) {
+void check_serve_options(const ServeOptions& o) {
     OSPREY_CHECK(!o.concurrencies.empty(), "concurrency list is empty");
     OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions", "--endpoint must be 'chat' or 'completions', got '",
                  o.endpoint, "'");
@@ -291,6 +291,10 @@ std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progr
                  o.prefix_len);
     OSPREY_CHECK(o.output_len >= 1 && o.output_len <= 1000000, "--output-len must be in [1, 1000000], got ", o.output_len);
     OSPREY_CHECK(o.len_sigma >= 0 && o.len_sigma <= 3, "--len-sigma must be in [0, 3], got ", o.len_sigma);
+}
+
+std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progress) {
+    check_serve_options(o);
     const Url url = parse_url(o.url);
     const std::string model = resolve_model(o);
     std::mt19937_64 rng(o.seed);

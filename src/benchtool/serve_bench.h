@@ -79,6 +79,9 @@ inline constexpr const char* kServeCounterNames[] = {"osprey_prefix_cache_hits_t
 // Values of `names` in a Prometheus text exposition (metrics without labels); absent ones are left out.
 std::vector<std::pair<std::string, double>> parse_counters(std::string_view text, std::span<const char* const> names);
 
+// Throws osprey::Error naming the first option out of range (run_serve checks them too; callers
+// may check before any network work).
+void check_serve_options(const ServeOptions& o);
 // The served model id (GET /v1/models) when options.model is empty.
 std::string resolve_model(const ServeOptions& o);
 std::vector<ServeLevel> run_serve(const ServeOptions& o, const ProgressFn& progress);

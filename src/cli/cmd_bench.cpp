@@ -167,6 +167,12 @@ void write_outputs(const std::string& prefix, const json::Value& report, const s
     std::printf("wrote %s.json and %s.md\n", prefix.c_str(), prefix.c_str());
 }
 
+json::Array int_array(const std::vector<int>& v) {
+    json::Array a;
+    for (int x : v) a.push_back(x);
+    return a;
+}
+
 void print_line(const std::string& line) {
     std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -193,9 +199,7 @@ int bench_prefill(const std::vector<std::string>& argv) {
     const auto rows = benchtool::run_prefill(*b.runner, o, b.info.price_per_hour(), print_line);
 
     json::Value settings = json::Object{};
-    json::Array lengths;
-    for (int l : o.lengths) lengths.push_back(l);
-    settings.set("lengths", std::move(lengths));
+    settings.set("lengths", int_array(o.lengths));
     settings.set("batch", 1);
     settings.set("repeats", o.repeats);
     settings.set("warmup", o.warmup);
@@ -240,11 +244,8 @@ int bench_decode(const std::vector<std::string>& argv) {
     const benchtool::DecodeResults res = benchtool::run_decode(*b.runner, o, b.info.price_per_hour(), print_line);
 
     json::Value settings = json::Object{};
-    json::Array batches, contexts;
-    for (int x : o.batches) batches.push_back(x);
-    for (int x : o.contexts) contexts.push_back(x);
-    settings.set("batches", std::move(batches));
-    settings.set("contexts", std::move(contexts));
+    settings.set("batches", int_array(o.batches));
+    settings.set("contexts", int_array(o.contexts));
     settings.set("steps", o.steps);
     settings.set("warmup", o.warmup);
     settings.set("chunk", o.chunk);
@@ -304,8 +305,7 @@ int bench_serve(const std::vector<std::string>& argv) {
     OSPREY_CHECK(o.timeout_s > 0 && o.timeout_s <= 86400, "--timeout must be in (0, 86400] seconds");
     o.seed = uint64_t(a.get_int("seed", 1));
     o.endpoint = a.get("endpoint", o.endpoint);
-    OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions", "--endpoint must be 'chat' or 'completions', got '",
-                 o.endpoint, "'");
+    benchtool::check_serve_options(o);  // before asking the server anything
     const std::string prefix = out_prefix(a, "serve");
 
     benchtool::RunInfo info = benchtool::RunInfo::now("serve");
@@ -322,11 +322,9 @@ int bench_serve(const std::vector<std::string>& argv) {
     const auto levels = benchtool::run_serve(o, print_line);
 
     json::Value settings = json::Object{};
-    json::Array conc;
-    for (int c : o.concurrencies) conc.push_back(c);
     settings.set("url", o.url);
     settings.set("endpoint", o.endpoint);
-    settings.set("concurrency", std::move(conc));
+    settings.set("concurrency", int_array(o.concurrencies));
     settings.set("requests_per_level", o.requests_per_level);
     settings.set("request_rate", o.request_rate);
     settings.set("input_len", o.input_len);

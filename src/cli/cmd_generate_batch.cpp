@@ -15,7 +15,6 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     engine::EngineOptions o;
     o.kv_memory_fraction = args.get_double("kv-memory-fraction", o.kv_memory_fraction);
     o.max_batch_tokens = int(args.get_int("max-batch-tokens", o.max_batch_tokens));
-
     o.page_size = int(args.get_int("page-size", o.page_size));
     OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
     const std::string prefix_cache = args.get("prefix-cache", "on");
