@@ -97,9 +97,12 @@ DecodePlan plan_decode(const DecodeOptions& o, int context) {
 
 const char* kv_fill_name(KvFill f) {
     switch (f) {
-        case KvFill::prefill: return "prefill";
-        case KvFill::copy: return "copy";
-        case KvFill::shared: return "shared";
+        case KvFill::prefill:
+            return "prefill";
+        case KvFill::copy:
+            return "copy";
+        case KvFill::shared:
+            return "shared";
     }
     return "?";
 }
@@ -259,8 +262,10 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
     const model::Config& c = runner.config();
     check_positive_list(options.batches, "batch sizes", 4096);
     check_positive_list(options.contexts, "context lengths", c.max_position - 1);
-    OSPREY_CHECK(std::is_sorted(options.batches.begin(), options.batches.end()), "batch sizes must be in ascending order");
-    OSPREY_CHECK(options.steps >= 1 && options.steps <= 1000000, "--steps must be in [1, 1000000], got ", options.steps);
+    OSPREY_CHECK(std::is_sorted(options.batches.begin(), options.batches.end()),
+                 "batch sizes must be in ascending order");
+    OSPREY_CHECK(options.steps >= 1 && options.steps <= 1000000, "--steps must be in [1, 1000000], got ",
+                 options.steps);
     OSPREY_CHECK(options.warmup >= 0 && options.warmup <= 1000000, "--warmup must be in [0, 1000000], got ",
                  options.warmup);
     OSPREY_CHECK(options.chunk >= 1, "--chunk must be >= 1, got ", options.chunk);
@@ -286,14 +291,13 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
                              runner.kv_budget_bytes() >> 20, " MiB"));
         }
         OSPREY_CHECK(!o.batches.empty(), "decode at context ", context, " with batch ", options.batches.front(),
-                     " (--kv-fill ", kv_fill_name(o.fill), ") needs ",
-                     results.skipped.back().kv_bytes_needed >> 20, " MiB of KV cache, the backend offers ",
-                     runner.kv_budget_bytes() >> 20, " MiB",
+                     " (--kv-fill ", kv_fill_name(o.fill), ") needs ", results.skipped.back().kv_bytes_needed >> 20,
+                     " MiB of KV cache, the backend offers ", runner.kv_budget_bytes() >> 20, " MiB",
                      o.fill == KvFill::shared ? "; try smaller batches" : "; try --kv-fill shared or smaller batches");
         const int max_batch = o.batches.back();
         const DecodePlan plan = plan_decode(o, context);
-        OSPREY_CHECK(int64_t(context) + plan.steps_total < c.max_position, "context ", context, " + ",
-                     plan.steps_total, " decode steps exceeds the model's ", c.max_position, " positions");
+        OSPREY_CHECK(int64_t(context) + plan.steps_total < c.max_position, "context ", context, " + ", plan.steps_total,
+                     " decode steps exceeds the model's ", c.max_position, " positions");
         const auto t_fill = Clock::now();
         std::vector<Seq> seqs = fill_decode_cache(runner, o, context, rng());
         const double fill_s = seconds_since(t_fill);

@@ -120,13 +120,13 @@ RequestResult send_one(const ServeOptions& o, const Url& url, const std::string&
     });
     try {
         std::string head;  // the body's first bytes, for the error message of a non-200 answer
-        const HttpResponse r = http_request(url, "POST", chat ? "/v1/chat/completions" : "/v1/completions",
-                                            auth_headers(o), body.dump(),
-                                            [&](std::string_view bytes) {
-                                                if (head.size() < 300) head.append(bytes.substr(0, 300 - head.size()));
-                                                sse.feed(bytes);
-                                            },
-                                            o.timeout_s);
+        const HttpResponse r = http_request(
+            url, "POST", chat ? "/v1/chat/completions" : "/v1/completions", auth_headers(o), body.dump(),
+            [&](std::string_view bytes) {
+                if (head.size() < 300) head.append(bytes.substr(0, 300 - head.size()));
+                sse.feed(bytes);
+            },
+            o.timeout_s);
         sse.finish();
         res.e2e = std::chrono::duration<double>(Clock::now() - t0).count();
         if (r.status != 200) {
@@ -256,7 +256,8 @@ std::vector<std::pair<std::string, double>> parse_counters(std::string_view text
         for (size_t at = 0; (at = text.find(key, at)) != std::string_view::npos; at += key.size()) {
             if (at > 0 && text[at - 1] != '\n') continue;  // a line that starts with the name
             const size_t end = text.find('\n', at);
-            const std::string value(text.substr(at + key.size(), end == std::string_view::npos ? end : end - at - key.size()));
+            const std::string value(
+                text.substr(at + key.size(), end == std::string_view::npos ? end : end - at - key.size()));
             char* stop = nullptr;
             const double v = std::strtod(value.c_str(), &stop);
             if (stop != value.c_str()) out.emplace_back(name, v);
@@ -281,8 +282,8 @@ std::string resolve_model(const ServeOptions& o) {
 
 void check_serve_options(const ServeOptions& o) {
     OSPREY_CHECK(!o.concurrencies.empty(), "concurrency list is empty");
-    OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions", "--endpoint must be 'chat' or 'completions', got '",
-                 o.endpoint, "'");
+    OSPREY_CHECK(o.endpoint == "chat" || o.endpoint == "completions",
+                 "--endpoint must be 'chat' or 'completions', got '", o.endpoint, "'");
     for (int c : o.concurrencies) OSPREY_CHECK(c >= 1 && c <= 4096, "concurrency must be in [1, 4096], got ", c);
     OSPREY_CHECK(o.requests_per_level >= 0 && o.requests_per_level <= 1000000, "--requests must be in [0, 1000000]");
     OSPREY_CHECK(o.request_rate >= 0 && std::isfinite(o.request_rate), "--request-rate must be >= 0");

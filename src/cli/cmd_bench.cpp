@@ -269,14 +269,14 @@ int bench_decode(const std::vector<std::string>& argv) {
                           fixed(double(k.kv_bytes_needed) / double(1 << 30), 1), " GiB and ",
                           fixed(double(k.kv_bytes_available) / double(1 << 30), 1), " GiB are free\n");
     }
-    const std::string md = str(
-        "# osprey bench decode\n\n", benchtool::markdown_run_info(b.info), "- settings: ", o.steps,
-        " timed steps after ", o.warmup, " warm-up per batch size; KV cache filled by --kv-fill ",
-        benchtool::kv_fill_name(o.fill), "\n\n",
-        benchtool::markdown_table({"context", "batch", "mean context", "step median (ms)", "step p90 (ms)",
-                                   "tokens/s per user", "total tokens/s", "USD / M output tokens"},
-                                  table),
-        skipped_md.empty() ? "" : "\nBatch sizes that do not fit:\n\n" + skipped_md);
+    const std::string md =
+        str("# osprey bench decode\n\n", benchtool::markdown_run_info(b.info), "- settings: ", o.steps,
+            " timed steps after ", o.warmup, " warm-up per batch size; KV cache filled by --kv-fill ",
+            benchtool::kv_fill_name(o.fill), "\n\n",
+            benchtool::markdown_table({"context", "batch", "mean context", "step median (ms)", "step p90 (ms)",
+                                       "tokens/s per user", "total tokens/s", "USD / M output tokens"},
+                                      table),
+            skipped_md.empty() ? "" : "\nBatch sizes that do not fit:\n\n" + skipped_md);
     json::Value report = benchtool::make_report(b.info, std::move(settings), std::move(results));
     report.set("skipped", std::move(skipped));
     write_outputs(prefix, report, md);
@@ -284,9 +284,9 @@ int bench_decode(const std::vector<std::string>& argv) {
 }
 
 int bench_serve(const std::vector<std::string>& argv) {
-    const cli::Args a(argv, {"url", "served-model", "api-key", "concurrency", "requests", "request-rate", "input-len",
-                             "output-len", "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed",
-                             "endpoint", "prefix-len"});
+    const cli::Args a(
+        argv, {"url", "served-model", "api-key", "concurrency", "requests", "request-rate", "input-len", "output-len",
+               "len-sigma", "timeout", "gpu-price", "tp", "ep", "dp", "out", "seed", "endpoint", "prefix-len"});
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::ServeOptions o;
     o.url = a.get("url", o.url);
@@ -354,16 +354,17 @@ int bench_serve(const std::vector<std::string>& argv) {
             counters_md += str(i ? ", " : " ", L.server_counters[i].first, " +", fixed(L.server_counters[i].second, 0));
         counters_md += "\n";
     }
-    const std::string md = str(
-        "# osprey bench serve\n\n", benchtool::markdown_run_info(info), "- settings: ",
-        o.endpoint == "chat" ? "/v1/chat/completions, " : "/v1/completions (raw text), ", o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
-        ", prompts ", o.prefix_len > 0 ? str(o.prefix_len, " shared words + ") : std::string(), "~", o.input_len,
-        " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
-        benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
-                                   "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",
-                                   "E2E median (s)", "E2E p90 (s)", "USD / M output tokens"},
-                                  table),
-        counters_md.empty() ? "" : "\nServer counters during each level (osprey /metrics):\n\n" + counters_md);
+    const std::string md =
+        str("# osprey bench serve\n\n", benchtool::markdown_run_info(info),
+            "- settings: ", o.endpoint == "chat" ? "/v1/chat/completions, " : "/v1/completions (raw text), ",
+            o.request_rate > 0 ? str("Poisson arrivals at ", o.request_rate, " req/s") : std::string("closed loop"),
+            ", prompts ", o.prefix_len > 0 ? str(o.prefix_len, " shared words + ") : std::string(), "~", o.input_len,
+            " words, max_tokens ~", o.output_len, " (log-normal sigma ", o.len_sigma, ")\n\n",
+            benchtool::markdown_table({"concurrency", "ok/failed", "req/s", "output tokens/s", "TTFT median (ms)",
+                                       "TTFT p90 (ms)", "ITL median (ms)", "ITL p90 (ms)", "TPOT median (ms)",
+                                       "E2E median (s)", "E2E p90 (s)", "USD / M output tokens"},
+                                      table),
+            counters_md.empty() ? "" : "\nServer counters during each level (osprey /metrics):\n\n" + counters_md);
     write_outputs(prefix, benchtool::make_report(info, std::move(settings), std::move(results)), md);
     OSPREY_CHECK(!any_failed_level, "every request of a concurrency level failed (first error in ", prefix, ".json)");
     return 0;

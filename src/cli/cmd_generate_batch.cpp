@@ -103,10 +103,11 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
         std::printf("decode: %.1f tokens/s over %lld tokens after the last first token (%.1f tokens/s per sample)\n",
                     double(n_generated - n_before_decode) / (wall - decode_start_s), n_generated - n_before_decode,
                     double(n_generated - n_before_decode) / (wall - decode_start_s) / double(n * n_samples));
-    std::printf("engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu forked tokens, %llu preemptions\n",
-                (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
-                (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_forked_tokens,
-                (unsigned long long)st.n_preemptions);
+    std::printf(
+        "engine: %llu steps, %llu prefill tokens, %llu prefix-hit tokens, %llu forked tokens, %llu preemptions\n",
+        (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
+        (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_forked_tokens,
+        (unsigned long long)st.n_preemptions);
     return n_errors == 0 ? 0 : 1;
 }
 

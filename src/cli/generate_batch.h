@@ -14,9 +14,16 @@ namespace osprey::cli {
 
 // Flags this adds to `osprey generate` (value flags).
 inline const std::vector<std::string>& generate_batch_flags() {
-    static const std::vector<std::string> flags = {
-        "batch", "kv-memory-fraction", "max-batch-tokens", "max-num-seqs", "page-size", "temperature", "seed",
-        "prefix-cache", "prompts", "n"};
+    static const std::vector<std::string> flags = {"batch",
+                                                   "kv-memory-fraction",
+                                                   "max-batch-tokens",
+                                                   "max-num-seqs",
+                                                   "page-size",
+                                                   "temperature",
+                                                   "seed",
+                                                   "prefix-cache",
+                                                   "prompts",
+                                                   "n"};
     return flags;
 }
 

@@ -34,8 +34,8 @@ KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
     const int n_slots = o.max_num_seqs + plan.n_snapshot_slots;
     const double slots = double(plan.window_slot_bytes) * n_slots;
     OSPREY_CHECK(budget >= slots + double(plan.page_bytes), "KV budget of ", mib(budget), " MiB (",
-                 o.kv_memory_fraction, " of ", mib(double(runner.kv_budget_bytes())), " MiB) cannot hold ",
-                 n_slots, " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
+                 o.kv_memory_fraction, " of ", mib(double(runner.kv_budget_bytes())), " MiB) cannot hold ", n_slots,
+                 " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
     int64_t n_pages = int64_t((budget - slots) / double(plan.page_bytes));
     if (o.max_kv_tokens > 0) n_pages = std::min<int64_t>(n_pages, (o.max_kv_tokens + o.page_size - 1) / o.page_size);
     n_pages = std::min<int64_t>(n_pages, 1 << 30);
@@ -67,8 +67,9 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     log::info("engine: KV cache of ", kv_plan_.layout.n_pages, " pages x ", options_.page_size, " tokens = ", capacity,
               " tokens (", mib(double(kv_plan_.layout.n_pages) * double(kv_plan_.page_bytes)), " MiB) + ",
               options_.max_num_seqs, " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
-              mib(double(kv_plan_.window_slot_bytes) * kv_plan_.layout.n_window_slots), " MiB); window slots save ", mib(double(kv_plan_.window_saved_bytes)),
-              " MiB against paging the sliding layers; max_model_len ", max_model_len_);
+              mib(double(kv_plan_.window_slot_bytes) * kv_plan_.layout.n_window_slots), " MiB); window slots save ",
+              mib(double(kv_plan_.window_saved_bytes)), " MiB against paging the sliding layers; max_model_len ",
+              max_model_len_);
 
     limits_.vocab_size = c.vocab_size;
     limits_.max_model_len = max_model_len_;

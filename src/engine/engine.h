@@ -58,8 +58,8 @@ struct EngineStats {
     uint64_t n_prefill_tokens = 0;  // tokens run through forward as prefill (replays included)
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
-    uint64_t n_forked_tokens = 0;   // prompt positions n > 1 samples took from their first by copy
-    uint64_t n_window_restores = 0; // prefix hits that copied a saved window ring instead of replaying
+    uint64_t n_forked_tokens = 0;    // prompt positions n > 1 samples took from their first by copy
+    uint64_t n_window_restores = 0;  // prefix hits that copied a saved window ring instead of replaying
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;  // samples finished, any reason
     uint64_t n_generated_tokens = 0;

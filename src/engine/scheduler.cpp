@@ -59,7 +59,9 @@ bool Scheduler::waits_for_leader(const Sequence& seq) const {
     return leader && leader->n_computed < leader->n_prompt() - 1;
 }
 
-bool Scheduler::has_followers(const Sequence& seq) const { return seq.n_followers > 0; }
+bool Scheduler::has_followers(const Sequence& seq) const {
+    return seq.n_followers > 0;
+}
 
 void Scheduler::stop_following(Sequence& seq) {
     if (Sequence* leader = leader_of(seq)) --leader->n_followers;
@@ -402,8 +404,8 @@ void Scheduler::check_invariants() const {
             OSPREY_CHECK(seq->status == SeqStatus::waiting, "sequence ", uid, " follows a leader but is not waiting");
         }
     for (const auto& [uid, seq] : seqs_)
-        OSPREY_CHECK(seq->n_followers == followers[uid], "sequence ", uid, " counts ", seq->n_followers,
-                     " followers, ", followers[uid], " follow it");
+        OSPREY_CHECK(seq->n_followers == followers[uid], "sequence ", uid, " counts ", seq->n_followers, " followers, ",
+                     followers[uid], " follow it");
     for (const Sequence* s : waiting_) {
         OSPREY_CHECK(s->status == SeqStatus::waiting && s->pages.empty() && s->window_slot < 0 && s->n_computed == 0,
                      "waiting sequence ", s->uid, " holds cache resources");

@@ -5,7 +5,8 @@
 // is available, the lowest-priority, newest running sequence is preempted: its pages and window
 // slot are released and it waits to be recomputed (its full pages usually stay in the prefix
 // cache, so recomputation is mostly a cache hit). A waiting request of higher priority than running
-// ones preempts the lowest-ranked of them when it would not fit otherwise. Pure bookkeeping: tests/engine/test_scheduler.cpp.
+// ones preempts the lowest-ranked of them when it would not fit otherwise. Pure bookkeeping:
+// tests/engine/test_scheduler.cpp.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,7 @@ struct SchedulerCounters {
     uint64_t n_prefill_tokens = 0;
     uint64_t n_decode_tokens = 0;
     uint64_t n_prefix_hit_tokens = 0;
-    uint64_t n_forked_tokens = 0;  // prompt positions samples took from their leader by copy
+    uint64_t n_forked_tokens = 0;    // prompt positions samples took from their leader by copy
     uint64_t n_window_restores = 0;  // prefix hits that restored a saved window ring instead of replaying
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;
@@ -86,10 +87,10 @@ private:
     void sort_queues();
     void preempt(Sequence* seq);
     SeqOutput finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error);
-    Sequence* leader_of(const Sequence& seq) const;       // null when none (or finished)
-    bool waits_for_leader(const Sequence& seq) const;     // the leader has not reached the fork point
-    bool has_followers(const Sequence& seq) const;        // samples still waiting to fork from seq
-    void stop_following(Sequence& seq);                   // seq no longer waits to fork (keeps counts)
+    Sequence* leader_of(const Sequence& seq) const;    // null when none (or finished)
+    bool waits_for_leader(const Sequence& seq) const;  // the leader has not reached the fork point
+    bool has_followers(const Sequence& seq) const;     // samples still waiting to fork from seq
+    void stop_following(Sequence& seq);                // seq no longer waits to fork (keeps counts)
     // n, or less so that a chunk of a leader with followers, starting at position `from`, stops
     // after n_prompt - 1 positions.
     int cap_at_fork_point(const Sequence& seq, int from, int n) const;

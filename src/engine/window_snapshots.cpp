@@ -40,8 +40,8 @@ void WindowSnapshots::clear() {
 }
 
 void WindowSnapshots::check_invariants() const {
-    OSPREY_CHECK(by_key_.size() == lru_.size() && int(by_key_.size()) <= n_slots_, "window snapshots: ",
-                 by_key_.size(), " keys, ", lru_.size(), " in the LRU list, ", n_slots_, " slots");
+    OSPREY_CHECK(by_key_.size() == lru_.size() && int(by_key_.size()) <= n_slots_, "window snapshots: ", by_key_.size(),
+                 " keys, ", lru_.size(), " in the LRU list, ", n_slots_, " slots");
     std::vector<uint8_t> used(size_t(n_slots_), 0);
     for (const auto& [key, e] : by_key_) {
         OSPREY_CHECK(e.slot >= first_slot_ && e.slot < first_slot_ + n_slots_, "window snapshot slot ", e.slot,

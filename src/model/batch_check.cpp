@@ -71,8 +71,8 @@ std::vector<KvRowRun> plan_kv_copy(const KvCopy& copy, const KvLayout& layout, i
             runs.push_back({false, s, d, ps});
     }
     if (copy.src_slot >= 0)
-        runs.push_back({true, int64_t(copy.src_slot) * sliding_window, int64_t(copy.dst_slot) * sliding_window,
-                        sliding_window});
+        runs.push_back(
+            {true, int64_t(copy.src_slot) * sliding_window, int64_t(copy.dst_slot) * sliding_window, sliding_window});
     return runs;
 }
 

@@ -246,7 +246,8 @@ Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     } catch (const Error& e) {
         throw ApiError(400, std::string("messages: ") + e.what(), "messages");
     }
-    const std::vector<int32_t> primed = r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+    const std::vector<int32_t> primed =
+        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
     prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "chat";

@@ -319,7 +319,8 @@ private:
 
     // Opens an item of `kind` (closing the open one) and returns its index; a function_call item gets
     // its name and call id before it is announced.
-    size_t open_item(const std::string& kind, Progress& p, const std::string& name = "", const std::string& call_id = "") {
+    size_t open_item(const std::string& kind, Progress& p, const std::string& name = "",
+                     const std::string& call_id = "") {
         if (open_ >= 0 && items_[size_t(open_)].kind == kind && kind != "function_call") return size_t(open_);
         close_item(p);
         Item it;
@@ -426,8 +427,8 @@ private:
             }
         }
         for (const ToolCall& call : d.tool_calls) {
-            const bool streamed = open_ >= 0 && items_[size_t(open_)].kind == "function_call" &&
-                                  items_[size_t(open_)].call_id == call.id;
+            const bool streamed =
+                open_ >= 0 && items_[size_t(open_)].kind == "function_call" && items_[size_t(open_)].call_id == call.id;
             const size_t i = streamed ? size_t(open_) : open_item("function_call", p, call.name, call.id);
             items_[i].text = call.arguments;  // equal to the streamed pieces (chat_output.h)
             items_[i].complete = true;
@@ -520,7 +521,8 @@ Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     } catch (const Error& e) {
         throw ApiError(400, std::string("input: ") + e.what(), "input");
     }
-    const std::vector<int32_t> primed = r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+    const std::vector<int32_t> primed =
+        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
     prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "response";

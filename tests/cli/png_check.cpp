@@ -80,17 +80,18 @@ DecodedPng check_and_decode_png(const std::vector<uint8_t>& f) {
     auto literal_length = [&]() -> int {
         uint32_t c = 0;
         for (int i = 0; i < 7; ++i) c = c << 1 | bit();
-        if (c <= 0x17) return int(c) + 256;             // 7-bit codes 0000000..0010111
+        if (c <= 0x17) return int(c) + 256;  // 7-bit codes 0000000..0010111
         c = c << 1 | bit();
         if (c >= 0x30 && c <= 0xBF) return int(c - 0x30);        // 8-bit 00110000..10111111 -> 0..143
         if (c >= 0xC0 && c <= 0xC7) return int(c - 0xC0) + 280;  // 8-bit 11000000..11000111 -> 280..287
         c = c << 1 | bit();
         need(c >= 0x190 && c <= 0x1FF, "bad fixed literal/length code");
-        return int(c - 0x190) + 144;                              // 9-bit -> 144..255
+        return int(c - 0x190) + 144;  // 9-bit -> 144..255
     };
-    static const int len_base[29] = {3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99,
-                                     115, 131, 163, 195, 227, 258};
-    static const int dist_base[30] = {1, 2, 3, 4, 5, 7, 9, 13, 17, 25, 33, 49, 65, 97, 129, 193, 257, 385, 513, 769,
+    static const int len_base[29] = {3,  4,  5,  6,  7,  8,  9,  10, 11,  13,  15,  17,  19,  23, 27,
+                                     31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258};
+    static const int dist_base[30] = {1,    2,    3,    4,    5,    7,    9,    13,    17,    25,
+                                      33,   49,   65,   97,   129,  193,  257,  385,   513,   769,
                                       1025, 1537, 2049, 3073, 4097, 6145, 8193, 12289, 16385, 24577};
     for (bool last = false; !last;) {
         last = bit();

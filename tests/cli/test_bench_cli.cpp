@@ -224,7 +224,8 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         {"bench plot", "needs one or more report files"},
         {"bench plot missing.json", "cannot read missing.json"},
         {"bench serve --url https://x --served-model m", "https is not supported"},
-        {"bench serve --endpoint responses --served-model m", "--endpoint must be 'chat' or 'completions', got 'responses'"},
+        {"bench serve --endpoint responses --served-model m",
+         "--endpoint must be 'chat' or 'completions', got 'responses'"},
     };
     for (const Case& c : cases) {
         const CliRun r = osprey_run(c.args, dir());
@@ -336,8 +337,8 @@ TEST_F(BenchCli, ServeAgainstARealOspreyServe) {
     // A shared 80-word prefix, one request at a time: the second request hits the prefix cache and
     // saves its rebuilt window ring, the later ones restore it (the server's /metrics count both).
     auto metric = [&](const std::string& name) {
-        const benchtool::HttpResponse m = benchtool::http_request(benchtool::parse_url(server.url()), "GET", "/metrics",
-                                                                  {}, "");
+        const benchtool::HttpResponse m =
+            benchtool::http_request(benchtool::parse_url(server.url()), "GET", "/metrics", {}, "");
         const size_t at = m.body.find("\n" + name + " ");
         return at == std::string::npos ? -1.0 : std::stod(m.body.substr(at + name.size() + 2));
     };

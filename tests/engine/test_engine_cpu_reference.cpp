@@ -231,10 +231,11 @@ TEST(engine_cpu_reference, batch_invariance_with_chunks_prefix_hits_and_preempti
     // Rows are computed independently, but chunking changes which tokens share a matmul call.
     EXPECT_LT(worst, 1e-3);
     const EngineStats st = engine.stats();
-    std::printf("cpu-reference batch: %llu preemptions, %llu prefix-hit tokens, %llu ring restores, worst logprob "
-                "diff %.3g\n",
-                (unsigned long long)st.n_preemptions, (unsigned long long)st.n_prefix_hit_tokens,
-                (unsigned long long)st.n_window_restores, worst);
+    std::printf(
+        "cpu-reference batch: %llu preemptions, %llu prefix-hit tokens, %llu ring restores, worst logprob "
+        "diff %.3g\n",
+        (unsigned long long)st.n_preemptions, (unsigned long long)st.n_prefix_hit_tokens,
+        (unsigned long long)st.n_window_restores, worst);
     EXPECT_GT(st.n_preemptions, 0u);
     EXPECT_GT(st.n_prefix_hit_tokens, 0u);
     EXPECT_GT(st.n_window_restores, 0u) << "hits after the first on the common prefix restore its saved ring";

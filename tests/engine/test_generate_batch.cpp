@@ -94,10 +94,10 @@ TEST(generate_batch, distinct_prompts_without_prefix_cache_share_nothing) {
 TEST(generate_batch, n_samples_fork_from_the_first) {
     // 4 requests x 3 samples of a 32-token prompt (31 + the distinct token): the 2 other samples of
     // each request fork at position 31, 4 x 2 x 31 = 248 forked tokens, 4 x 3 x 5 tokens generated.
-    const CommandResult r =
-        run("generate --model " + small_model().string() +
-            " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
-            " --max-tokens 5 --batch 4 --n 3 --temperature 1 --seed 7 --max-batch-tokens 64 --page-size 8 --ignore-eos");
+    const CommandResult r = run(
+        "generate --model " + small_model().string() +
+        " --prompt-ids 5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35"
+        " --max-tokens 5 --batch 4 --n 3 --temperature 1 --seed 7 --max-batch-tokens 64 --page-size 8 --ignore-eos");
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("batch: 4 requests x 3 samples"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("60 tokens generated"), std::string::npos) << r.output;
