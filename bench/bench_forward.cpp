@@ -157,9 +157,9 @@ int run_bench_forward(const std::vector<std::string>& argv) {
     const int longest = std::max(*std::max_element(prefills.begin(), prefills.end()), prompt + decode);
     const int pages_per_seq = (longest + page_size - 1) / page_size;
     const int n_pages = pages_per_seq * std::max(batch, 1);
-    m.allocate_kv({.page_size = page_size, .n_pages = n_pages, .n_window_slots = std::max(batch, 1)});
-    std::printf("kv: %d pages of %d rows (%.2f GB), budget %.2f GB\n", n_pages, page_size,
-                (m.bytes_per_page(page_size) * double(n_pages) + m.bytes_per_window_slot() * batch) / 1e9,
+    const model::KvLayout layout = model::kv_layout_for(m, page_size, n_pages, std::max(batch, 1));
+    m.allocate_kv(layout);
+    std::printf("kv: %d pages of %d rows (%.2f GB), budget %.2f GB\n", n_pages, page_size, layout.bytes() / 1e9,
                 m.kv_budget_bytes() / 1e9);
 
     std::mt19937 rng(1);

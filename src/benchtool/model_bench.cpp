@@ -52,6 +52,7 @@ int32_t prefill(model::ModelRunner& runner, Seq& s, const std::vector<int32_t>& 
         sl.start_pos = s.pos;
         sl.n_full_kv_cached = std::clamp(n_cached - int(i), 0, n);
         sl.window_slot = s.slot;
+        sl.window_first = s.window_first;
         sl.pages = s.pages;
         sl.want_logits = i + size_t(n) == tokens.size();
         b.slices.push_back(std::move(sl));
@@ -153,10 +154,10 @@ std::vector<PrefillRow> run_prefill(model::ModelRunner& runner, const PrefillOpt
     OSPREY_CHECK(o.repeats >= 1 && o.repeats <= 100000, "--repeats must be in [1, 100000], got ", o.repeats);
     OSPREY_CHECK(o.warmup >= 0 && o.warmup <= 100000, "--warmup must be in [0, 100000], got ", o.warmup);
     OSPREY_CHECK(o.chunk >= 1, "--chunk must be >= 1, got ", o.chunk);
-    OSPREY_CHECK(o.page_size >= 1, "--page-size must be >= 1, got ", o.page_size);
+    model::check_page_size(o.page_size, "--page-size");
     const int longest = *std::max_element(o.lengths.begin(), o.lengths.end());
-    const model::KvLayout layout{.page_size = o.page_size, .n_pages = ceil_div(longest, o.page_size), .n_window_slots = 1};
-    const size_t need = runner.bytes_per_page(o.page_size) * size_t(layout.n_pages) + runner.bytes_per_window_slot();
+    const model::KvLayout layout = model::kv_layout_for(runner, o.page_size, ceil_div(longest, o.page_size), 1);
+    const size_t need = layout.bytes();
     OSPREY_CHECK(need <= runner.kv_budget_bytes(), "a ", longest, "-token prompt needs ", need >> 20,
                  " MiB of KV cache, the backend offers ", runner.kv_budget_bytes() >> 20, " MiB");
     runner.allocate_kv(layout);
@@ -170,7 +171,7 @@ std::vector<PrefillRow> run_prefill(model::ModelRunner& runner, const PrefillOpt
         std::vector<double> times;
         for (int r = 0; r < o.warmup + o.repeats; ++r) {
             const std::vector<int32_t> prompt = random_tokens(rng, c, len);  // fresh tokens: no caching effects
-            seq.pos = 0;  // a sequence starting at position 0 restarts its window ring
+            seq.pos = 0;  // a sequence starting at position 0 restarts its window ring (window_first 0)
             const auto t0 = Clock::now();
             prefill(runner, seq, prompt, o.chunk);
             const double s = seconds_since(t0);
@@ -192,17 +193,16 @@ std::vector<PrefillRow> run_prefill(model::ModelRunner& runner, const PrefillOpt
 
 size_t decode_kv_bytes(const model::ModelRunner& runner, const DecodeOptions& o, int context) {
     const DecodePlan p = plan_decode(o, context);
-    return runner.bytes_per_page(o.page_size) * size_t(p.n_pages) + runner.bytes_per_window_slot() * size_t(p.n_slots);
+    return model::kv_layout_for(runner, o.page_size, p.n_pages, p.n_slots).bytes();
 }
 
 std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const DecodeOptions& o, int context,
                                               uint64_t seed) {
     const model::Config& c = runner.config();
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-    int sliding_layers = 0;
-    for (int l = 0; l < c.n_layers; ++l) sliding_layers += c.is_sliding(l) ? 1 : 0;
     const DecodePlan plan = plan_decode(o, context);
-    runner.allocate_kv({.page_size = o.page_size, .n_pages = plan.n_pages, .n_window_slots = plan.n_slots});
+    const model::KvLayout layout = model::kv_layout_for(runner, o.page_size, plan.n_pages, plan.n_slots);
+    runner.allocate_kv(layout);
     std::mt19937_64 rng(seed);
     std::vector<Seq> seqs(static_cast<size_t>(max_batch));
     if (o.fill != KvFill::shared) {
@@ -222,8 +222,9 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
             copy.dst_pages.assign(s.pages.begin(), s.pages.begin() + long(n_prompt_pages));
             copy.src_slot = first.slot;
             copy.dst_slot = s.slot;
-            runner.copy_kv(copy);
+            runner.copy_kv(model::plan_kv_copy(copy, layout));
             s.prompt = first.prompt;
+            s.window_first = first.window_first;
             s.pos = first.pos;
             s.last = random_tokens(rng, c, 1)[0];
         }
@@ -238,7 +239,7 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
             writer.pages = shared_pages;
             prefill(runner, writer, common, o.chunk);
         }
-        const int replay = std::min(shared_len, sliding_layers * (c.sliding_window - 1));
+        const int replay = std::min(shared_len, layout.spec.window_replay());
         for (int i = 0; i < max_batch; ++i) {
             Seq& s = seqs[size_t(i)];
             s.slot = i;
@@ -249,6 +250,7 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
             const std::vector<int32_t> tail = random_tokens(rng, c, context - shared_len);
             tokens.insert(tokens.end(), tail.begin(), tail.end());
             s.pos = shared_len - replay;
+            s.window_first = s.pos;  // the replay refills an empty ring
             s.last = prefill(runner, s, tokens, o.chunk, replay);
             s.prompt = common;
             s.prompt.insert(s.prompt.end(), tail.begin(), tail.end());
@@ -269,7 +271,7 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
     OSPREY_CHECK(options.warmup >= 0 && options.warmup <= 1000000, "--warmup must be in [0, 1000000], got ",
                  options.warmup);
     OSPREY_CHECK(options.chunk >= 1, "--chunk must be >= 1, got ", options.chunk);
-    OSPREY_CHECK(options.page_size >= 1, "--page-size must be >= 1, got ", options.page_size);
+    model::check_page_size(options.page_size, "--page-size");
     std::mt19937_64 rng(options.seed);
     DecodeResults results;
     for (int context : options.contexts) {
@@ -318,6 +320,7 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
                     sl.n_tokens = 1;
                     sl.start_pos = s.pos;
                     sl.window_slot = s.slot;
+                    sl.window_first = s.window_first;
                     sl.pages = s.pages;
                     b.slices.push_back(std::move(sl));
                     b.tokens.push_back(s.last);

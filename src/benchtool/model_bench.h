@@ -108,6 +108,7 @@ struct DecodeSequence {
     std::vector<int32_t> pages;   // position p lives in pages[p / page_size] (shared mode: leading pages shared;
                                   // copy mode: sequences 1.. hold copies of sequence 0's prompt)
     int slot = 0;                 // window ring
+    int window_first = 0;         // first position the ring holds (SequenceSlice::window_first)
     int pos = 0;                  // positions [0, pos) are in the cache
     int32_t last = 0;             // the token to feed next (greedy after the prompt)
 };

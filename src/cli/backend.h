@@ -1,23 +1,18 @@
 // Flags shared by the commands that load a model onto a backend (bench, generate, serve): the model
-// folder (--model, else the built-in tiny model), --backend auto|cpu|cuda, and whether a GPU is there.
+// folder (--model, else the built-in tiny model), --backend auto|cpu|cuda (made by the factory in
+// backends/runner_factory.h) and --page-size (bounds in model/kv_spec.h).
 #pragma once
-
-#include <sys/stat.h>
 
 #include <filesystem>
 #include <string>
 
+#include "backends/runner_factory.h"
 #include "cli/builtin_model.h"
 #include "cli/command.h"
 #include "core/check.h"
+#include "model/kv_spec.h"
 
 namespace osprey::cli {
-
-// Whether this machine has an NVIDIA device node (what --backend auto looks for).
-inline bool have_gpu() {
-    struct stat st{};
-    return ::stat("/dev/nvidia0", &st) == 0;
-}
 
 // --model DIR, else the built-in tiny model (written on first use).
 inline std::filesystem::path model_dir_flag(const Args& args) {
@@ -27,12 +22,15 @@ inline std::filesystem::path model_dir_flag(const Args& args) {
 // --backend auto|cpu|cuda (default auto), checked.
 inline std::string backend_flag(const Args& args) {
     const std::string backend = args.get("backend", "auto");
-    OSPREY_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "--backend must be auto, cpu or cuda, got '",
-                 backend, "'");
+    backends::check_backend_name(backend);
     return backend;
 }
 
-// Whether `backend` (from backend_flag) asks for the CUDA backend: cuda, or auto with a GPU present.
-inline bool wants_cuda(const std::string& backend) { return backend == "cuda" || (backend == "auto" && have_gpu()); }
+// --page-size N (default `fallback`), within the KV spec's bounds.
+inline int page_size_flag(const Args& args, int fallback) {
+    const long long v = args.get_int("page-size", fallback);
+    model::check_page_size(v >= INT32_MIN && v <= INT32_MAX ? int(v) : -1, "--page-size");
+    return int(v);
+}
 
 }  // namespace osprey::cli

@@ -19,11 +19,7 @@
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
-#include "model/gpt_oss_ref.h"
 #include "model/weights.h"
-#ifdef OSPREY_HAVE_CUDA
-#include "model/cuda/gpt_oss_cuda.h"
-#endif
 
 namespace {
 
@@ -108,7 +104,7 @@ std::string model_summary(const model::Config& c) {
 
 // The model and backend of a prefill/decode run, with the run's metadata filled in.
 struct Backend {
-    std::optional<model::Weights> weights;  // outlives the runner
+    std::optional<model::Weights> weights;  // kept beside a CUDA runner
     std::unique_ptr<model::ModelRunner> runner;
     benchtool::RunInfo info;
 };
@@ -127,26 +123,19 @@ Backend open_backend(const cli::Args& a, const std::string& command, int max_tok
     b.info.checkpoint = fs::absolute(dir).lexically_normal().string();
     b.info.checkpoint_layout = model::layout_name(b.weights->layout);
     b.info.model = model_summary(c);
-    [[maybe_unused]] const bool cuda = cli::wants_cuda(backend);
-#ifdef OSPREY_HAVE_CUDA
-    if (cuda) {
-        b.runner = std::make_unique<model::CudaRunner>(
-            *b.weights, model::CudaRunnerOptions{.max_tokens = max_tokens,
-                                                 .max_logit_rows = std::max(max_rows, 1),
-                                                 .max_slices = std::max(max_rows, 1) + 1});
-        b.info.backend = "cuda";
+    backends::Runner made = backends::make_runner(std::move(*b.weights), {.backend = backend,
+                                                                          .cpu_threads = threads,
+                                                                          .max_tokens = max_tokens,
+                                                                          .max_logit_rows = std::max(max_rows, 1),
+                                                                          .max_slices = std::max(max_rows, 1) + 1});
+    b.runner = std::move(made.runner);
+    b.weights = std::move(made.weights);
+    b.info.backend = made.backend;
+    if (made.backend == "cuda") {
         b.info.device = b.runner->name();
         b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; BF16 activations and KV";
-    }
-#else
-    OSPREY_CHECK(backend != "cuda", "--backend cuda: this osprey was built without CUDA");
-#endif
-    if (!b.runner) {
-        b.runner = std::make_unique<model::CpuReference>(std::move(*b.weights),
-                                                         model::CpuReferenceOptions{.n_threads = threads});
-        b.weights.reset();
+    } else {
         const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
-        b.info.backend = "cpu";
         b.info.device = str(b.runner->name(), " (", benchtool::cpu_model_name(), ", ", n, " threads)");
         b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; FP32 activations and KV";
     }
@@ -191,7 +180,7 @@ int bench_prefill(const std::vector<std::string>& argv) {
     o.repeats = int_flag(a, "repeats", o.repeats, 1, 100000);
     o.warmup = int_flag(a, "warmup", o.warmup, 0, 100000);
     o.chunk = int_flag(a, "chunk", o.chunk, 1, 1 << 20);
-    o.page_size = int_flag(a, "page-size", o.page_size, 1, 4096);
+    o.page_size = cli::page_size_flag(a, o.page_size);
     o.seed = uint64_t(a.get_int("seed", 1));
     const std::string prefix = out_prefix(a, "prefill");
     Backend b = open_backend(a, "prefill", o.chunk, 1);
@@ -234,7 +223,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     o.steps = int_flag(a, "steps", o.steps, 1, 1000000);
     o.warmup = int_flag(a, "warmup", o.warmup, 0, 1000000);
     o.chunk = int_flag(a, "chunk", o.chunk, 1, 1 << 20);
-    o.page_size = int_flag(a, "page-size", o.page_size, 1, 4096);
+    o.page_size = cli::page_size_flag(a, o.page_size);
     o.fill = benchtool::parse_kv_fill(a.get("kv-fill", "prefill"));
     o.seed = uint64_t(a.get_int("seed", 1));
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());

@@ -1,6 +1,8 @@
 // `osprey generate`: greedy generation with the CPU reference backend, for smoke tests and for
 // measuring the reference's speed. Prints the generated token ids (and text when the model folder
 // has a tokenizer) and the prefill and decode rates.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -8,17 +10,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "cli/generate_batch.h"
 #include "core/check.h"
-#include "model/gpt_oss_ref.h"
-#ifdef OSPREY_HAVE_CUDA
-#include "model/cuda/gpt_oss_cuda.h"
-#endif
+#include "engine/engine.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
@@ -83,18 +81,9 @@ int run_generate(const std::vector<std::string>& argv) {
     const fs::path dir = cli::model_dir_flag(args);
     const std::string device = args.get("device", "cpu");
     OSPREY_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
-    std::unique_ptr<model::ModelRunner> runner_owner;
-    if (device == "cuda") {
-#ifdef OSPREY_HAVE_CUDA
-        runner_owner = std::make_unique<model::CudaRunner>(model::Weights::load(dir));
-#else
-        OSPREY_FAIL("--device cuda: this osprey was built without the CUDA backend");
-#endif
-    } else {
-        runner_owner = std::make_unique<model::CpuReference>(model::Weights::load(dir),
-                                                             model::CpuReferenceOptions{.n_threads = int(threads)});
-    }
-    model::ModelRunner& runner = *runner_owner;
+    const backends::Runner made =
+        backends::make_runner(model::Weights::load(dir), {.backend = device, .cpu_threads = int(threads)});
+    model::ModelRunner& runner = *made.runner;
     const model::Config& c = runner.config();
 
     std::optional<tok::Tokenizer> tokenizer;
@@ -126,9 +115,9 @@ int run_generate(const std::vector<std::string>& argv) {
         return cli::run_generate_batch(args, runner, prompt, int(max_tokens), !args.has("ignore-eos"),
                                        tokenizer ? &*tokenizer : nullptr);
 
-    model::KvLayout layout;
-    layout.n_pages = int((total + layout.page_size - 1) / layout.page_size);
-    layout.n_window_slots = 1;
+    // One sequence from position 0 in ring 0 (window_first stays 0): pages for all its positions.
+    const int page_size = engine::EngineOptions{}.page_size;
+    const model::KvLayout layout = model::kv_layout_for(runner, page_size, int((total + page_size - 1) / page_size), 1);
     runner.allocate_kv(layout);
     model::SequenceSlice slice;
     slice.window_slot = 0;

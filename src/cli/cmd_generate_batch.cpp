@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "cli/backend.h"
 #include "cli/generate_batch.h"
 #include "core/check.h"
 #include "engine/engine.h"
@@ -15,7 +16,7 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     engine::EngineOptions o;
     o.kv_memory_fraction = args.get_double("kv-memory-fraction", o.kv_memory_fraction);
     o.max_batch_tokens = int(args.get_int("max-batch-tokens", o.max_batch_tokens));
-    o.page_size = int(args.get_int("page-size", o.page_size));
+    o.page_size = page_size_flag(args, o.page_size);
     OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
     const std::string prefix_cache = args.get("prefix-cache", "on");
     OSPREY_CHECK(prefix_cache == "on" || prefix_cache == "off", "--prefix-cache must be on or off, got '",
@@ -34,8 +35,8 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     const engine::KvPlan& kv = eng.kv_plan();
     std::printf(
         "engine: %s, KV cache %d pages x %d tokens = %lld tokens, %d window slots; window slots save %.1f MiB\n",
-        runner.name().c_str(), kv.layout.n_pages, kv.layout.page_size,
-        (long long)kv.layout.n_pages * kv.layout.page_size, kv.layout.n_window_slots,
+        runner.name().c_str(), kv.layout.n_pages, kv.layout.page_size(),
+        (long long)kv.layout.n_pages * kv.layout.page_size(), kv.layout.n_window_slots,
         double(kv.window_saved_bytes) / (1024.0 * 1024.0));
 
     const int vocab = runner.config().vocab_size;

@@ -19,16 +19,12 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "harmony/special_tokens.h"
-#include "model/gpt_oss_ref.h"
+#include "model/scripted_runner.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
-#include "server/scripted_runner.h"
 #include "tokenizer/tokenizer.h"
-#ifdef OSPREY_HAVE_CUDA
-#include "model/cuda/gpt_oss_cuda.h"
-#endif
 
 namespace {
 
@@ -119,10 +115,10 @@ int run_serve(const std::vector<std::string>& argv) {
     eo.max_num_seqs = positive_flag(args, "max-num-seqs", eo.max_num_seqs, 1 << 16);
     eo.max_batch_tokens = positive_flag(args, "max-num-batched-tokens", eo.max_batch_tokens, 1 << 24);
     eo.max_kv_tokens = positive_flag(args, "kv-cache-tokens", 0, 1 << 30);
-    eo.page_size = positive_flag(args, "page-size", eo.page_size, 4096);
+    eo.page_size = cli::page_size_flag(args, eo.page_size);
     eo.enable_prefix_caching = !args.has("no-prefix-caching");
-    OSPREY_CHECK(eo.max_num_seqs >= 1 && eo.max_batch_tokens >= 1 && eo.page_size >= 1,
-                 "--max-num-seqs, --max-num-batched-tokens and --page-size must be >= 1");
+    OSPREY_CHECK(eo.max_num_seqs >= 1 && eo.max_batch_tokens >= 1,
+                 "--max-num-seqs and --max-num-batched-tokens must be >= 1");
     const int threads = positive_flag(args, "threads", 0, 1024);
     const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
     OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ", max_body);
@@ -147,34 +143,23 @@ int run_serve(const std::vector<std::string>& argv) {
                     " (pass --tokenizer FILE or set OSPREY_TIKTOKEN_FILE to o200k_base.tiktoken)");
     }
 
-    std::optional<model::Weights> weights;  // outlives the runner (the CUDA runner reads it while loading)
+    backends::Runner made;  // the model backend (and, for CUDA, the weights it was loaded from)
     std::unique_ptr<model::ModelRunner> runner;
     std::string loaded;
     if (scripted) {
         const std::vector<int32_t> ids = tokenizer->encode(script, tok::Specials::allowed);
-        runner = std::make_unique<server::ScriptedRunner>(model::preset_config("tiny"), ids);
+        runner = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
         loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", ids.size(), " tokens)");
         so.model_name = "osprey-scripted";
     } else {
-        weights = model::Weights::load(dir);
-        const model::Config c = weights->config;
-        loaded = str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
-                     c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights->total_bytes() / (1 << 20), " MiB)");
-        [[maybe_unused]] bool cuda = cli::wants_cuda(backend);
-#ifdef OSPREY_HAVE_CUDA
-        if (cuda) {
-            try {
-                runner = std::make_unique<model::CudaRunner>(*weights, model::CudaRunnerOptions{});
-            } catch (const Error& e) {
-                OSPREY_CHECK(backend == "auto", "--backend cuda: ", e.what());
-                log::warn("no usable CUDA device (", e.what(), "): serving on the CPU reference backend");
-            }
-        }
-#else
-        OSPREY_CHECK(backend != "cuda", "--backend cuda: this osprey was built without CUDA");
-        cuda = false;
-#endif
-        if (!runner) runner = std::make_unique<model::CpuReference>(std::move(*weights), model::CpuReferenceOptions{.n_threads = threads});
+        model::Weights weights = model::Weights::load(dir);
+        const model::Config c = weights.config;
+        loaded =
+            str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
+                c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights.total_bytes() / (1 << 20), " MiB)");
+        made = backends::make_runner(std::move(weights),
+                                     {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads});
+        runner = std::move(made.runner);
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         so.model_name = name.empty() ? "osprey" : name;
         so.model_path = fs::absolute(dir).lexically_normal().string();

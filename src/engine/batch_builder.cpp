@@ -14,6 +14,7 @@ model::ForwardBatch build_forward_batch(const StepPlan& plan) {
         s.start_pos = c.start_pos;
         s.n_full_kv_cached = c.n_full_kv_cached;
         s.window_slot = c.seq->window_slot;
+        s.window_first = c.window_first;
         s.pages = c.seq->pages;
         s.want_logits = c.want_logits;
         batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start_pos,

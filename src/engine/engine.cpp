@@ -19,34 +19,32 @@ double mib(double bytes) {
 }  // namespace
 
 KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
-    OSPREY_CHECK(o.page_size > 0 && o.page_size <= 1024, "page_size must be in [1, 1024], got ", o.page_size);
+    model::check_page_size(o.page_size);
     OSPREY_CHECK(o.kv_memory_fraction > 0.0 && o.kv_memory_fraction <= 1.0,
                  "the KV memory fraction must be in (0, 1], got ", o.kv_memory_fraction);
     OSPREY_CHECK(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
     OSPREY_CHECK(o.window_snapshots >= 0 && o.window_snapshots <= 4096, "window_snapshots must be in [0, 4096], got ",
                  o.window_snapshots);
     KvPlan plan;
-    plan.page_bytes = runner.bytes_per_page(o.page_size);
-    plan.window_slot_bytes = runner.bytes_per_window_slot();
+    plan.layout.spec = model::KvSpec(runner.config(), runner.kv_dtype(), o.page_size);
+    const model::KvSpec& spec = plan.layout.spec;
     plan.n_snapshot_slots = o.enable_prefix_caching ? o.window_snapshots : 0;
-    OSPREY_CHECK(plan.page_bytes > 0, "the backend reports 0 bytes per KV page");
+    OSPREY_CHECK(spec.bytes_per_page() > 0, "the KV spec gives 0 bytes per page");
     const double budget = double(runner.kv_budget_bytes()) * o.kv_memory_fraction;
     const int n_slots = o.max_num_seqs + plan.n_snapshot_slots;
-    const double slots = double(plan.window_slot_bytes) * n_slots;
-    OSPREY_CHECK(budget >= slots + double(plan.page_bytes), "KV budget of ", mib(budget), " MiB (",
+    const double slots = double(spec.bytes_per_window_slot()) * n_slots;
+    OSPREY_CHECK(budget >= slots + double(spec.bytes_per_page()), "KV budget of ", mib(budget), " MiB (",
                  o.kv_memory_fraction, " of ", mib(double(runner.kv_budget_bytes())), " MiB) cannot hold ", n_slots,
                  " window slots (", mib(slots), " MiB) and one page; lower max_num_seqs");
-    int64_t n_pages = int64_t((budget - slots) / double(plan.page_bytes));
+    int64_t n_pages = int64_t((budget - slots) / double(spec.bytes_per_page()));
     if (o.max_kv_tokens > 0) n_pages = std::min<int64_t>(n_pages, (o.max_kv_tokens + o.page_size - 1) / o.page_size);
     n_pages = std::min<int64_t>(n_pages, 1 << 30);
-    plan.layout.page_size = o.page_size;
     plan.layout.n_pages = int(n_pages);
     plan.layout.n_window_slots = n_slots;
-    plan.total_bytes = size_t(n_pages) * plan.page_bytes + size_t(n_slots) * plan.window_slot_bytes;
-    // Paging the sliding layers like the full ones would cost window_slot_bytes per
+    // Paging the ring layers like the paged ones would cost bytes_per_window_slot per
     // sliding_window tokens for every cached token.
-    const int window = runner.config().sliding_window;
-    const double paged_window = double(n_pages) * o.page_size * double(plan.window_slot_bytes) / window;
+    const double paged_window =
+        double(n_pages) * o.page_size * double(spec.bytes_per_window_slot()) / spec.sliding_window();
     plan.window_saved_bytes = int64_t(paged_window - slots);
     return plan;
 }
@@ -64,10 +62,12 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
         max_model_len_ = int(capacity);
     }
     runner_.allocate_kv(kv_plan_.layout);
-    log::info("engine: KV cache of ", kv_plan_.layout.n_pages, " pages x ", options_.page_size, " tokens = ", capacity,
-              " tokens (", mib(double(kv_plan_.layout.n_pages) * double(kv_plan_.page_bytes)), " MiB) + ",
-              options_.max_num_seqs, " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
-              mib(double(kv_plan_.window_slot_bytes) * kv_plan_.layout.n_window_slots), " MiB); window slots save ",
+    const model::KvSpec& spec = kv_plan_.layout.spec;
+    log::info("engine: KV cache (", model::kv_dtype_name(spec.dtype()), ") of ", kv_plan_.layout.n_pages, " pages x ",
+              options_.page_size, " tokens = ", capacity, " tokens (",
+              mib(double(kv_plan_.layout.n_pages) * double(spec.bytes_per_page())), " MiB) + ", options_.max_num_seqs,
+              " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
+              mib(double(spec.bytes_per_window_slot()) * kv_plan_.layout.n_window_slots), " MiB); window slots save ",
               mib(double(kv_plan_.window_saved_bytes)), " MiB against paging the sliding layers; max_model_len ",
               max_model_len_);
 
@@ -81,9 +81,7 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     SchedulerOptions so;
     so.max_num_seqs = options_.max_num_seqs;
     so.max_batch_tokens = options_.max_batch_tokens;
-    int n_sliding = 0;
-    for (int layer = 0; layer < c.n_layers; ++layer) n_sliding += c.is_sliding(layer) ? 1 : 0;
-    so.window_replay = n_sliding * (c.sliding_window - 1);
+    so.window_replay = spec.window_replay();
     so.admission_reserve_pages = kv_plan_.layout.n_pages / 100;
     scheduler_ = std::make_unique<Scheduler>(so, *kv_);
     stats_.n_pages = kv_plan_.layout.n_pages;
@@ -215,7 +213,8 @@ bool Engine::step_once() {
     OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
     std::vector<SeqOutput> outputs;
     try {
-        for (const model::KvCopy& copy : plan.copies) runner_.copy_kv(copy);  // forks, before the step writes
+        // Forks and saved rings, before the step writes.
+        for (const model::KvCopy& copy : plan.copies) runner_.copy_kv(model::plan_kv_copy(copy, kv_plan_.layout));
         const model::ForwardBatch batch = build_forward_batch(plan);
         runner_.forward(batch);
         std::vector<SamplingParams> params;

@@ -28,7 +28,7 @@
 namespace osprey::engine {
 
 struct EngineOptions {
-    int page_size = 32;                 // tokens per KV page of the full-attention layers
+    int page_size = 32;                 // tokens per KV page of the full-attention layers (model/kv_spec.h bounds)
     double kv_memory_fraction = 0.9;    // share of ModelRunner::kv_budget_bytes() given to the KV cache
     int64_t max_kv_tokens = 0;          // > 0: cap the cache at this many tokens (tests, small hosts)
     int max_num_seqs = 64;              // running sequences at once (= window slots)
@@ -65,13 +65,10 @@ struct EngineStats {
     uint64_t n_generated_tokens = 0;
 };
 
-// How the KV budget was split; logged at start-up.
+// How the KV budget was split; logged at start-up. Sizes come from layout.spec (model/kv_spec.h).
 struct KvPlan {
     model::KvLayout layout;
-    size_t page_bytes = 0;         // one page, all full-attention layers
-    size_t window_slot_bytes = 0;  // one slot, all sliding-window layers
-    int n_snapshot_slots = 0;      // window slots after the running sequences' ones, for saved rings
-    size_t total_bytes = 0;        // pages + slots
+    int n_snapshot_slots = 0;  // window slots after the running sequences' ones, for saved rings
     // Bytes the sliding layers would need for the same token capacity if they were paged like the
     // full layers, minus what their window slots take: the saving of the window slots.
     int64_t window_saved_bytes = 0;

@@ -12,7 +12,33 @@ KvCacheManager::KvCacheManager(int n_pages, int page_size, int n_window_slots, b
       allocator_(n_pages),
       prefix_(n_pages, page_size),
       slots_(n_window_slots),
-      snapshots_(n_window_slots, prefix_caching ? n_snapshot_slots : 0) {}
+      snapshots_(n_window_slots, prefix_caching ? n_snapshot_slots : 0),
+      rings_(size_t(n_window_slots) + size_t(snapshots_.n_slots())) {}
+
+RingSpan KvCacheManager::ring(int slot) const {
+    OSPREY_CHECK(slot >= 0 && size_t(slot) < rings_.size(), "ring of window slot ", slot, " outside [0, ",
+                 rings_.size(), ")");
+    return rings_[size_t(slot)];
+}
+
+void KvCacheManager::start_ring(int slot, int32_t first) {
+    (void)ring(slot);
+    OSPREY_CHECK(first >= 0, "ring of window slot ", slot, " cannot start at ", first);
+    rings_[size_t(slot)] = {first, first};
+}
+
+void KvCacheManager::advance_ring(int slot, int32_t from, int32_t to) {
+    const RingSpan r = ring(slot);
+    OSPREY_CHECK(r.end == from && to >= from, "ring of window slot ", slot, " holds [", r.first, ", ", r.end,
+                 ") but a step wrote [", from, ", ", to, ")");
+    rings_[size_t(slot)].end = to;
+}
+
+void KvCacheManager::copy_ring(int src, int dst) {
+    const RingSpan r = ring(src);
+    (void)ring(dst);
+    rings_[size_t(dst)] = r;
+}
 
 PageId KvCacheManager::allocate_page() {
     if (allocator_.n_free() == 0) {

@@ -1,6 +1,7 @@
-// The engine's view of the KV cache: page ids (reference-counted), the prefix-cache index over
-// them, and the sliding-window slots. All references go through here so that the prefix cache's
-// LRU always knows which pages only it holds. Bookkeeping only; the storage is the backend's.
+// The engine's view of the KV cache, its only bookkeeper: page ids (reference-counted), the
+// prefix-cache index over them, the sliding-window slots and which positions each slot's ring
+// holds. All references go through here so that the prefix cache's LRU always knows which pages
+// only it holds. Bookkeeping only; the storage is the backend's (model/kv_spec.h, ModelRunner).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,12 @@
 #include "engine/window_snapshots.h"
 
 namespace osprey::engine {
+
+// Positions whose K/V a ring holds: [first, end), the last sliding_window of them in its rows.
+// A sequence's forward slices say `first` (SequenceSlice::window_first) and start at `end`.
+struct RingSpan {
+    int32_t first = 0, end = 0;
+};
 
 class KvCacheManager {
 public:
@@ -55,6 +62,14 @@ public:
     void release_slot(int slot) { slots_.release(slot); }
     bool slot_in_use(int slot) const { return slots_.in_use(slot); }
 
+    // Ring contents of any slot (running sequences' and snapshots'). A ring starts empty at the
+    // position its first chunk starts at, grows with each step, and a copy gives the destination
+    // the source's span (copy_kv copies the rows alike).
+    RingSpan ring(int slot) const;
+    void start_ring(int slot, int32_t first);
+    void advance_ring(int slot, int32_t from, int32_t to);  // a step wrote [from, to); from must be the end
+    void copy_ring(int src, int dst);
+
     // Internal consistency, and that each page's references equal `holders[page]` (how many
     // sequences list it) plus one if it is cached. holders: [n_pages].
     void check_invariants(std::span<const int> holders) const;
@@ -66,6 +81,7 @@ private:
     PrefixCache prefix_;
     WindowSlots slots_;
     WindowSnapshots snapshots_;
+    std::vector<RingSpan> rings_;  // [running slots + snapshot slots]
 };
 
 }  // namespace osprey::engine

@@ -97,6 +97,7 @@ bool Scheduler::try_fork(StepPlan& plan, Sequence* seq, int reserve) {
     }
     seq->pages.push_back(own);
     seq->window_slot = kv_.allocate_slot();
+    kv_.copy_ring(leader->window_slot, seq->window_slot);
     copy.src_slot = leader->window_slot;
     copy.dst_slot = seq->window_slot;
     plan.copies.push_back(std::move(copy));
@@ -137,6 +138,10 @@ void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens) {
     c.start_pos = seq->n_computed;
     c.n_tokens = n_tokens;
     c.n_full_kv_cached = std::clamp(seq->n_full_cached - seq->n_computed, 0, n_tokens);
+    const RingSpan ring = kv_.ring(seq->window_slot);
+    OSPREY_CHECK(ring.end == c.start_pos, "sequence ", seq->uid, " continues at ", c.start_pos, " but its ring holds [",
+                 ring.first, ", ", ring.end, ")");
+    c.window_first = ring.first;
     c.want_logits = c.start_pos + n_tokens == seq->n_tokens();
     plan.chunks.push_back(c);
 }
@@ -264,7 +269,10 @@ StepPlan Scheduler::schedule() {
         seq->window_slot = kv_.allocate_slot();
         if (snapshot >= 0) {
             plan.copies.push_back({{}, {}, snapshot, seq->window_slot});
+            kv_.copy_ring(snapshot, seq->window_slot);
             ++counters_.n_window_restores;
+        } else {
+            kv_.start_ring(seq->window_slot, start);  // a new sequence, or a replay refilling the ring
         }
         seq->snapshot_at = save ? n_hit : -1;
         seq->snapshot_key = save ? prefix_key : 0;
@@ -326,9 +334,13 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
                      "commit of a plan that no longer matches sequence ", seq->uid);
         seq->n_computed += c.n_tokens;
         seq->n_full_cached = std::max(seq->n_full_cached, seq->n_computed);
+        kv_.advance_ring(seq->window_slot, c.start_pos, seq->n_computed);
         if (seq->snapshot_at == seq->n_computed) {  // the replay rebuilt the ring at the hit's end: keep it
             const int slot = kv_.snapshots().store(seq->snapshot_key);
-            if (slot >= 0) pending_copies_.push_back({{}, {}, seq->window_slot, slot});
+            if (slot >= 0) {
+                pending_copies_.push_back({{}, {}, seq->window_slot, slot});
+                kv_.copy_ring(seq->window_slot, slot);
+            }
             seq->snapshot_at = -1;
         }
         (c.n_tokens == 1 && c.want_logits && c.start_pos + 1 == seq->n_tokens() && c.start_pos >= seq->n_prompt()
@@ -427,6 +439,9 @@ void Scheduler::check_invariants() const {
                      " has no window slot");
         OSPREY_CHECK(std::find(slots.begin(), slots.end(), s->window_slot) == slots.end(), "window slot ",
                      s->window_slot, " is held twice");
+        const RingSpan ring = kv_.ring(s->window_slot);
+        OSPREY_CHECK(ring.end == s->n_computed && ring.first >= 0 && ring.first <= ring.end, "sequence ", s->uid,
+                     " computed ", s->n_computed, " positions but its ring holds [", ring.first, ", ", ring.end, ")");
         slots.push_back(s->window_slot);
         OSPREY_CHECK(int(s->page_keys.size()) <= int(s->pages.size()), "sequence ", s->uid,
                      " has more keys than pages");

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "engine/sequence.h"
-#include "model/runner.h"
+#include "model/kv_spec.h"
 
 namespace osprey::engine {
 
@@ -14,6 +14,7 @@ struct ScheduledChunk {
     int start_pos = 0;         // first position computed (== seq->n_computed)
     int n_tokens = 0;          // tokens of seq->tokens from start_pos: a prefill chunk, or 1 to decode
     int n_full_kv_cached = 0;  // leading tokens whose full-layer K/V is already in the pages (replay)
+    int window_first = 0;      // first position the sequence's ring holds (KvCacheManager::ring)
     bool want_logits = false;  // the chunk ends at the last known token: a new token is sampled
 };
 

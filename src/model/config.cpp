@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "model/kv_spec.h"
 
 namespace osprey::model {
 
@@ -172,13 +173,13 @@ Config Config::from_json(const Value& j) {
     c.max_position = get_int(j, {"max_position_embeddings"},
                              int(std::lround(c.rope_original_context * c.rope_factor)));
 
-    // The engine hard-wires "even layers slide"; a config that says otherwise is not gpt-oss.
+    // The KV spec hard-wires "even layers slide" (is_sliding_layer); a config that says otherwise is not gpt-oss.
     if (const Value* lt = j.find("layer_types"); lt != nullptr && !lt->is_null()) {
         OSPREY_CHECK(lt->is_array() && int(lt->size()) == c.n_layers, "config: layer_types must list ", c.n_layers,
                      " layers, got ", lt->is_array() ? std::to_string(lt->size()) + " entries" : lt->dump());
         for (int i = 0; i < c.n_layers; ++i) {
             const Value& t = lt->as_array()[size_t(i)];
-            const char* want = c.is_sliding(i) ? "sliding_attention" : "full_attention";
+            const char* want = is_sliding_layer(i) ? "sliding_attention" : "full_attention";
             OSPREY_CHECK(t.is_string() && t.as_string() == want, "config: layer_types[", i, "] must be \"", want,
                          "\" (even layers slide, odd layers are full), got ", t.dump());
         }
@@ -239,7 +240,8 @@ void Config::validate() const {
 
 Value Config::to_hf_json() const {
     Value layer_types{json::Array{}};
-    for (int i = 0; i < n_layers; ++i) layer_types.push_back(is_sliding(i) ? "sliding_attention" : "full_attention");
+    for (int i = 0; i < n_layers; ++i)
+        layer_types.push_back(is_sliding_layer(i) ? "sliding_attention" : "full_attention");
     Value rope{json::Object{}};
     rope.set("beta_fast", rope_beta_fast);
     rope.set("beta_slow", rope_beta_slow);

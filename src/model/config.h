@@ -20,7 +20,7 @@ struct Config {
     int top_k = 4;             // experts per token
     int d_ff = 2880;           // expert intermediate size
     int vocab_size = 201088;
-    int sliding_window = 128;  // on even layers; odd layers are full causal
+    int sliding_window = 128;  // keys a sliding layer sees (which layers slide: model/kv_spec.h)
     int max_position = 131072;
     float norm_eps = 1e-5f;
     float swiglu_alpha = 1.702f;
@@ -38,7 +38,6 @@ struct Config {
     int q_dim() const { return n_heads * head_dim; }      // 4096
     int kv_dim() const { return n_kv_heads * head_dim; }  // 512
     int group() const { return n_heads / n_kv_heads; }    // query heads per kv head (8)
-    bool is_sliding(int layer) const { return layer % 2 == 0; }
 
     // Throws osprey::Error naming the field when a value is missing, mistyped or inconsistent.
     static Config from_json(const json::Value& config_json);

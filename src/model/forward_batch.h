@@ -1,13 +1,10 @@
 // The contract between the engine and a model backend: one forward step over a ragged batch.
 //
 // A step carries a flat list of tokens from several sequences (prefill chunks and single decode
-// tokens together). KV storage belongs to the backend (ModelRunner::allocate_kv) and is addressed
-// by the engine's bookkeeping:
-//   - full-attention layers (odd layers) keep K/V in fixed-size pages of `page_size` tokens; a
-//     sequence's page table lists its pages in position order (position p lives in
-//     pages[p / page_size], row p % page_size);
-//   - sliding-window layers (even layers) only ever need the last `sliding_window` (128) positions,
-//     so each running sequence owns one window slot, a ring of 128 rows indexed by p % 128.
+// tokens together). The KV storage is the backend's, laid out by the KvSpec (model/kv_spec.h), and
+// every slice says where its sequence's K/V is: the page table of the paged (full-attention)
+// layers, the window slot of the ring (sliding-window) layers and which positions that ring holds.
+// The engine decides all of it; the backend only follows.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +24,11 @@ struct SequenceSlice {
     // later ones). Any length from 0 to n_tokens is valid here.
     int32_t n_full_kv_cached = 0;
     int32_t window_slot = 0;       // sliding-window ring for this sequence
+    // First position whose K/V the ring holds: it holds [window_first, start_pos) (the last
+    // sliding_window of them), so attention on ring layers skips keys before it. start_pos when the
+    // ring starts empty (a new sequence, or a prefix-cache replay refilling it); 0 for a sequence
+    // that has run in this ring from its first position.
+    int32_t window_first = 0;
     std::vector<int32_t> pages;    // page table covering positions [0, start_pos + n_tokens)
     bool want_logits = true;       // produce logits for the last token of the slice
 };

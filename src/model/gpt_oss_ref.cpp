@@ -63,7 +63,6 @@ struct CpuReference::Step {
     int n_tokens = 0;
     std::vector<int32_t> positions;    // [n_tokens]
     std::vector<int32_t> logit_rows;   // [n_logit_rows] tokens whose logits are wanted, in slice order
-    std::vector<int32_t> window_first; // [n_slices] first position present in the slice's window slot
 };
 
 CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
@@ -98,50 +97,31 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
     kv_.resize(config_.n_layers);
 }
 
-size_t CpuReference::bytes_per_page(int page_size) const {
-    const size_t n_full = size_t(config_.n_layers) / 2;  // odd layers
-    return n_full * 2 * size_t(page_size) * config_.kv_dim() * sizeof(float);
-}
-
-size_t CpuReference::bytes_per_window_slot() const {
-    const size_t n_sliding = size_t(config_.n_layers + 1) / 2;  // even layers
-    return n_sliding * 2 * size_t(config_.sliding_window) * config_.kv_dim() * sizeof(float);
-}
-
 void CpuReference::allocate_kv(const KvLayout& layout) {
-    OSPREY_CHECK(layout.page_size > 0 && layout.n_pages >= 0 && layout.n_window_slots >= 0,
-                 "cpu-reference: bad KV layout: page_size ", layout.page_size, ", ", layout.n_pages, " pages, ",
-                 layout.n_window_slots, " window slots");
-    const size_t bytes = bytes_per_page(layout.page_size) * layout.n_pages +
-                         bytes_per_window_slot() * layout.n_window_slots;
-    OSPREY_CHECK(bytes <= kv_budget_, "cpu-reference: KV layout needs ", bytes, " bytes, budget is ", kv_budget_,
-                 " (OSPREY_CPU_KV_BYTES)");
+    layout.check("cpu-reference");
+    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == config_.n_layers,
+                 "cpu-reference: KV spec for ", layout.spec.n_layers(), " layers of ",
+                 kv_dtype_name(layout.spec.dtype()), ", this backend keeps ", config_.n_layers, " layers of ",
+                 kv_dtype_name(kv_dtype()));
+    OSPREY_CHECK(layout.bytes() <= kv_budget_, "cpu-reference: KV layout needs ", layout.bytes(), " bytes, budget is ",
+                 kv_budget_, " (OSPREY_CPU_KV_BYTES)");
     layout_ = layout;
-    slot_begin_.assign(layout.n_window_slots, 0);
-    slot_end_.assign(layout.n_window_slots, 0);
     const size_t kv_dim = size_t(config_.kv_dim());
     for (int i = 0; i < config_.n_layers; ++i) {
-        const size_t rows = config_.is_sliding(i) ? size_t(layout.n_window_slots) * config_.sliding_window
-                                                  : size_t(layout.n_pages) * layout.page_size;
+        const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
         kv_[i].k.assign(rows * kv_dim, 0.0f);
         kv_[i].v.assign(rows * kv_dim, 0.0f);
     }
 }
 
-void CpuReference::copy_kv(const KvCopy& copy) {
-    const Config& c = config_;
-    const std::vector<KvRowRun> runs = plan_kv_copy(copy, layout_, c.sliding_window);
-    const size_t kv_dim = size_t(c.kv_dim());
-    for (int i = 0; i < c.n_layers; ++i)
-        for (std::vector<float>* cache : {&kv_[i].k, &kv_[i].v})
-            for (const KvRowRun& r : runs)
-                if (r.sliding == c.is_sliding(i))
-                    std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
-                                cache->data() + size_t(r.dst) * kv_dim);
-    if (copy.src_slot >= 0) {
-        slot_begin_[copy.dst_slot] = slot_begin_[copy.src_slot];
-        slot_end_[copy.dst_slot] = slot_end_[copy.src_slot];
-    }
+void CpuReference::copy_kv(const KvCopyPlan& plan) {
+    check_kv_copy_plan(plan, layout_);
+    const size_t kv_dim = size_t(config_.kv_dim());
+    for (const KvRowRun& r : plan.runs)
+        for (int layer : layout_.spec.group(r.group).layers)
+            for (std::vector<float>* cache : {&kv_[layer].k, &kv_[layer].v})
+                std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
+                            cache->data() + size_t(r.dst) * kv_dim);
 }
 
 void CpuReference::check_batch(const ForwardBatch& batch) const { check_forward_batch(batch, config_, layout_); }
@@ -161,8 +141,6 @@ void CpuReference::forward(const ForwardBatch& batch) {
         for (int i = 0; i < sl.n_tokens; ++i) step.positions.push_back(sl.start_pos + i);
         if (sl.want_logits) step.logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
         max_pos = std::max(max_pos, sl.start_pos + sl.n_tokens);
-        const bool continues = sl.start_pos > 0 && slot_end_[sl.window_slot] == sl.start_pos;
-        step.window_first.push_back(continues ? slot_begin_[sl.window_slot] : sl.start_pos);
     }
     rope_.reserve(max_pos);
     const size_t T = size_t(step.n_tokens);
@@ -190,11 +168,6 @@ void CpuReference::forward(const ForwardBatch& batch) {
         moe_block(layer, step);
     }
     unembed(step);
-    for (size_t s = 0; s < batch.slices.size(); ++s) {
-        const SequenceSlice& sl = batch.slices[s];
-        slot_begin_[sl.window_slot] = step.window_first[s];
-        slot_end_[sl.window_slot] = sl.start_pos + sl.n_tokens;
-    }
 }
 
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b.
@@ -220,35 +193,33 @@ void CpuReference::attention_block(int layer, const Step& step) {
 
     // attn = softmax-with-sink(q·kᵀ / sqrt(head_dim)) · v per sequence: earlier positions from the
     // cache (pages on full layers, the window ring on sliding ones), this step's from k_, v_.
-    const bool sliding = c.is_sliding(layer);
+    const bool sliding = layout_.spec.is_ring(layer);
     const LayerKv& cache = kv_[layer];
-    for (size_t s = 0; s < step.batch->slices.size(); ++s) {
-        const SequenceSlice& sl = step.batch->slices[s];
+    for (const SequenceSlice& sl : step.batch->slices) {
         const size_t t0 = size_t(sl.first_token);
         const std::span<const int32_t> blocks = sliding ? std::span<const int32_t>(&sl.window_slot, 1)
                                                         : std::span<const int32_t>(sl.pages);
-        cpu::attention_sinks(
-            {.out = std::span(attn_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
-             .q = std::span<const float>(q_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
-             .positions = std::span(step.positions).subspan(t0, sl.n_tokens),
-             .sinks = lv.sinks,
-             .kv = {.cache_k = cache.k.data(),
-                    .cache_v = cache.v.data(),
-                    .blocks = blocks,
-                    .block_rows = sliding ? c.sliding_window : layout_.page_size,
-                    .ring = sliding,
-                    .n_cached = sl.start_pos,
-                    .first_cached = sliding ? step.window_first[s] : 0,
-                    .fresh_k = k_.data() + t0 * c.kv_dim(),
-                    .fresh_v = v_.data() + t0 * c.kv_dim(),
-                    .fresh_stride = c.kv_dim(),
-                    .n_fresh = sl.n_tokens},
-             .n_heads = c.n_heads,
-             .n_kv_heads = c.n_kv_heads,
-             .head_dim = c.head_dim,
-             .window = sliding ? c.sliding_window : 0,
-             .scale = 1.0f / std::sqrt(float(c.head_dim))},
-            *pool_);
+        cpu::attention_sinks({.out = std::span(attn_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
+                              .q = std::span<const float>(q_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
+                              .positions = std::span(step.positions).subspan(t0, sl.n_tokens),
+                              .sinks = lv.sinks,
+                              .kv = {.cache_k = cache.k.data(),
+                                     .cache_v = cache.v.data(),
+                                     .blocks = blocks,
+                                     .block_rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block,
+                                     .ring = sliding,
+                                     .n_cached = sl.start_pos,
+                                     .first_cached = sliding ? sl.window_first : 0,
+                                     .fresh_k = k_.data() + t0 * c.kv_dim(),
+                                     .fresh_v = v_.data() + t0 * c.kv_dim(),
+                                     .fresh_stride = c.kv_dim(),
+                                     .n_fresh = sl.n_tokens},
+                              .n_heads = c.n_heads,
+                              .n_kv_heads = c.n_kv_heads,
+                              .head_dim = c.head_dim,
+                              .window = sliding ? c.sliding_window : 0,
+                              .scale = 1.0f / std::sqrt(float(c.head_dim))},
+                             *pool_);
     }
     dump("attn", layer, attn_);
     // append this step's k, v to the cache
@@ -267,14 +238,14 @@ void CpuReference::store_kv(int layer, const Step& step) {
     const Config& c = config_;
     const size_t kv_dim = size_t(c.kv_dim());
     LayerKv& cache = kv_[layer];
-    const bool sliding = c.is_sliding(layer);
+    const bool sliding = layout_.spec.is_ring(layer);
+    const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
     for (const SequenceSlice& sl : step.batch->slices) {
-        const int first = sliding ? std::max(0, sl.n_tokens - c.sliding_window) : sl.n_full_kv_cached;
+        const int first = sliding ? std::max(0, sl.n_tokens - rows) : sl.n_full_kv_cached;
         for (int i = first; i < sl.n_tokens; ++i) {
             const int p = sl.start_pos + i;
-            const size_t row = sliding ? size_t(sl.window_slot) * c.sliding_window + p % c.sliding_window
-                                       : size_t(sl.pages[p / layout_.page_size]) * layout_.page_size +
-                                             p % layout_.page_size;
+            const size_t block = size_t(sliding ? sl.window_slot : sl.pages[p / rows]);
+            const size_t row = block * rows + size_t(p % rows);
             const size_t t = size_t(sl.first_token + i);
             std::copy_n(k_.begin() + t * kv_dim, kv_dim, cache.k.begin() + row * kv_dim);
             std::copy_n(v_.begin() + t * kv_dim, kv_dim, cache.v.begin() + row * kv_dim);

@@ -40,13 +40,11 @@ public:
 
     const Config& config() const override { return config_; }
     std::string name() const override { return "cpu-reference"; }
-    size_t bytes_per_page(int page_size) const override;
-    size_t bytes_per_window_slot() const override;
+    KvDtype kv_dtype() const override { return KvDtype::f32; }
     size_t kv_budget_bytes() const override { return kv_budget_; }
     void allocate_kv(const KvLayout& layout) override;
-    const KvLayout& kv_layout() const override { return layout_; }
     void forward(const ForwardBatch& batch) override;
-    void copy_kv(const KvCopy& copy) override;
+    void copy_kv(const KvCopyPlan& plan) override;
     void logits_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
@@ -59,8 +57,8 @@ private:
     struct LayerVectors {
         std::vector<float> attn_norm, q_b, k_b, v_b, sinks, out_b, mlp_norm, router_b, mlp1_bias, mlp2_bias;
     };
-    // K/V of one layer: pages [n_pages, page_size, kv_dim] for a full layer, rings
-    // [n_window_slots, sliding_window, kv_dim] for a sliding one.
+    // K/V of one layer, rows of kv_dim floats: pages [n_pages, page_size, kv_dim] for a paged layer,
+    // rings [n_window_slots, sliding_window, kv_dim] for a ring layer (model/kv_spec.h).
     struct LayerKv {
         std::vector<float> k, v;
     };
@@ -82,11 +80,7 @@ private:
     std::vector<LayerVectors> vectors_;  // [n_layers]
     std::vector<float> final_norm_;      // [d_model]
     KvLayout layout_;
-    std::vector<LayerKv> kv_;            // [n_layers]
-    // Positions [slot_begin_, slot_end_) each window slot holds (the last sliding_window of them are
-    // in the ring). A slice that does not continue its slot's range restarts the slot at its
-    // start_pos: a prefix-cache replay then attends only to the keys it has written itself.
-    std::vector<int32_t> slot_begin_, slot_end_;  // [n_window_slots]
+    std::vector<LayerKv> kv_;  // [n_layers]
     DumpFn dump_;
 
     // Activations of the current step, [n_tokens, width] each.

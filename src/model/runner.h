@@ -1,5 +1,11 @@
 // A model backend that runs gpt-oss forward steps: the CPU reference (model/gpt_oss_ref.h) or the
 // CUDA backend. The engine talks to models only through this interface.
+//
+// A backend is storage and compute only. The KV cache's layout is data (model/kv_spec.h) and the
+// engine is its only bookkeeper: it sizes the cache from the spec, decides which pages and ring
+// slots each sequence uses and which positions each ring holds, and says so in every forward batch
+// (model/forward_batch.h) and copy plan. A backend allocates what the layout says, runs forwards and
+// executes copy plans; it keeps no KV state of its own beyond the bytes.
 #pragma once
 
 #include <cstdint>
@@ -7,26 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/sampling.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
-#include "core/sampling.h"
+#include "model/kv_spec.h"
 
 namespace osprey::model {
-
-struct KvLayout {
-    int page_size = 32;     // tokens per page of the full-attention layers
-    int n_pages = 0;        // pages shared by all sequences
-    int n_window_slots = 0; // sliding-window rings (one per running sequence)
-};
-
-// A copy of cached K/V inside one backend: whole pages of the full-attention layers, src_pages[i]
-// to dst_pages[i], and optionally one window slot of the sliding layers with the positions it holds.
-// Afterwards a sequence using dst_pages and dst_slot continues exactly as the source would (a fork:
-// parallel samples of one prompt, or a benchmark giving many sequences distinct copies of one fill).
-struct KvCopy {
-    std::vector<int32_t> src_pages, dst_pages;  // same length; no page on both sides
-    int src_slot = -1, dst_slot = -1;           // both -1: no window slot copied
-};
 
 class ModelRunner {
 public:
@@ -34,23 +26,23 @@ public:
     virtual const Config& config() const = 0;
     virtual std::string name() const = 0;  // "cpu-reference", "cuda:NVIDIA H200", ...
 
-    // Bytes one page (all full-attention layers) and one window slot (all sliding layers) take.
-    virtual size_t bytes_per_page(int page_size) const = 0;
-    virtual size_t bytes_per_window_slot() const = 0;
+    // The element type this backend keeps K/V in: with the config and a page size it makes the
+    // KvSpec that sizes the cache.
+    virtual KvDtype kv_dtype() const = 0;
     // Bytes the backend can give to the KV cache (device memory left after weights and workspace,
-    // or a host budget for the CPU backend), for sizing KvLayout.
+    // or a host budget for the CPU backend).
     virtual size_t kv_budget_bytes() const = 0;
-    // (Re)allocates the KV storage; invalidates everything cached before.
+    // (Re)allocates the KV storage for `layout` (whose spec must use kv_dtype()); invalidates
+    // everything cached before. Throws osprey::Error when it does not fit the budget.
     virtual void allocate_kv(const KvLayout& layout) = 0;
-    virtual const KvLayout& kv_layout() const = 0;
 
     // Runs one step: writes K/V of every token into the cache and computes logits for each slice
     // that wants them, kept by the backend until the next forward().
     virtual void forward(const ForwardBatch& batch) = 0;
 
-    // Copies K/V as `copy` says (ordered after earlier forwards, before later ones). Throws
-    // osprey::Error, copying nothing, when a page or slot is out of range or the two sides overlap.
-    virtual void copy_kv(const KvCopy& copy) = 0;
+    // Executes a copy plan (plan_kv_copy), ordered after earlier forwards and before later ones.
+    // Throws osprey::Error, copying nothing, when a run lies outside the allocated layout.
+    virtual void copy_kv(const KvCopyPlan& plan) = 0;
 
     // Logits of the last forward, [n_logit_rows, vocab_size] fp32, copied to the host (for tests
     // and the CPU sampler).
@@ -61,5 +53,15 @@ public:
     virtual void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                         std::span<SampleResult> out) = 0;
 };
+
+// The layout of `runner`'s spec at `page_size` with these block counts (for callers that size a
+// cache themselves: benchmarks, tests, single-sequence generation).
+inline KvLayout kv_layout_for(const ModelRunner& runner, int page_size, int n_pages, int n_window_slots) {
+    KvLayout layout;
+    layout.spec = KvSpec(runner.config(), runner.kv_dtype(), page_size);
+    layout.n_pages = n_pages;
+    layout.n_window_slots = n_window_slots;
+    return layout;
+}
 
 }  // namespace osprey::model

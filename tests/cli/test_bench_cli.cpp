@@ -214,6 +214,11 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         {"bench prefill --tp 2", "tensor parallelism is not implemented yet"},
         {"bench decode --ep 4", "expert parallelism is not implemented yet"},
         {"bench decode --dp 0", "--dp must be in [1, 1024]"},
+        // One bound for every command and the engine (model/kv_spec.h); checked before the model loads.
+        {"bench decode --page-size 2048", "--page-size must be in [1, 1024] tokens, got 2048"},
+        {"bench prefill --page-size 0", "--page-size must be in [1, 1024] tokens, got 0"},
+        {"serve --page-size 2048", "--page-size must be in [1, 1024] tokens, got 2048"},
+        {"generate --prompt-ids 1,2 --batch 2 --page-size 4096", "--page-size must be in [1, 1024] tokens, got 4096"},
         {"bench decode --kv-fill share", "--kv-fill must be 'prefill', 'copy' or 'shared', got 'share'"},
         {"bench decode --batches 1,x", "--batches: 'x' is not a positive integer"},
         {"bench decode --batches 4,2", "ascending"},

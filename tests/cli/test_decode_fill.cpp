@@ -47,7 +47,7 @@ const fs::path& tiny_model() {
 // Logits after running `prompt` then `next` through a fresh single-sequence cache.
 std::vector<float> reference_logits(model::CpuReference& ref, const std::vector<int32_t>& prompt, int32_t next) {
     const int n = int(prompt.size()) + 1;
-    ref.allocate_kv({.page_size = 16, .n_pages = (n + 15) / 16, .n_window_slots = 1});
+    ref.allocate_kv(kv_layout_for(ref, 16, (n + 15) / 16, 1));
     model::ForwardBatch b;
     b.tokens = prompt;
     b.tokens.push_back(next);

@@ -37,6 +37,8 @@ void fill_logits(uint64_t h, float* row, int vocab_size) {
 
 FakeRunner::FakeRunner(FakeRunnerOptions options) : options_(options) {
     config_.n_layers = 4;  // two sliding layers: prefix hits replay 2 * (window - 1) tokens
+    config_.n_kv_heads = 1;
+    config_.head_dim = 4;
     config_.vocab_size = options.vocab_size;
     config_.sliding_window = options.sliding_window;
     config_.max_position = options.max_position;
@@ -44,14 +46,18 @@ FakeRunner::FakeRunner(FakeRunnerOptions options) : options_(options) {
 }
 
 void FakeRunner::allocate_kv(const model::KvLayout& layout) {
+    layout.check("fake runner");
+    OSPREY_CHECK(layout.bytes() <= options_.kv_budget_bytes, "fake runner: KV layout needs ", layout.bytes(),
+                 " bytes, budget is ", options_.kv_budget_bytes);
     layout_ = layout;
-    pages_.assign(size_t(layout.n_pages) * size_t(layout.page_size), Row{});
+    pages_.assign(size_t(layout.n_pages) * size_t(layout.page_size()), Row{});
     window_.assign(size_t(layout.n_window_slots) * size_t(config_.sliding_window), Row{});
 }
 
-void FakeRunner::copy_kv(const model::KvCopy& copy) {
-    for (const model::KvRowRun& r : model::plan_kv_copy(copy, layout_, config_.sliding_window)) {
-        std::vector<Row>& rows = r.sliding ? window_ : pages_;
+void FakeRunner::copy_kv(const model::KvCopyPlan& plan) {
+    model::check_kv_copy_plan(plan, layout_);
+    for (const model::KvRowRun& r : plan.runs) {
+        std::vector<Row>& rows = r.group == model::KvGroupKind::ring ? window_ : pages_;
         std::copy_n(rows.begin() + r.src, r.n, rows.begin() + r.dst);
     }
 }
@@ -71,7 +77,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         fail_next_forward = false;
         OSPREY_FAIL("fake runner: injected failure");
     }
-    const int ps = layout_.page_size, w = config_.sliding_window, vocab = config_.vocab_size;
+    const int ps = layout_.page_size(), w = config_.sliding_window, vocab = config_.vocab_size;
     OSPREY_CHECK(ps > 0, "fake runner: forward before allocate_kv");
     ++n_forward_;
     n_tokens_ += batch.n_tokens();
@@ -93,6 +99,8 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_CHECK(int64_t(s.pages.size()) * ps >= end, "fake runner: page table of ", s.pages.size(),
                      " pages does not cover position ", end - 1);
         OSPREY_CHECK(s.n_full_kv_cached >= 0 && s.n_full_kv_cached <= s.n_tokens, "fake runner: bad n_full_kv_cached");
+        OSPREY_CHECK(s.window_first >= 0 && s.window_first <= s.start_pos, "fake runner: ring starts at ",
+                     s.window_first, " after the slice's start ", s.start_pos);
         for (int32_t p : s.pages) OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
         Row* slot = window_.data() + size_t(s.window_slot) * size_t(w);
         for (int j = 0; j < s.n_tokens; ++j) {
@@ -119,6 +127,10 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
             hh.full(p, r.token);
         }
         for (int p = std::max(0, last - w + 1); p <= last; ++p) {
+            // The engine says which positions the ring holds: a position it has not said is there
+            // must not be needed (a replay is long enough to refill the whole window first).
+            OSPREY_CHECK(p >= s.window_first, "fake runner: position ", p, " is in the window but the ring holds only ",
+                         s.window_first, " and later");
             const Row& r = slot[p % w];
             OSPREY_CHECK(r.pos == p, "fake runner: window row of position ", p, " holds position ", r.pos);
             hh.window(p, r.token);

@@ -27,13 +27,12 @@ public:
 
     const model::Config& config() const override { return config_; }
     std::string name() const override { return "fake"; }
-    size_t bytes_per_page(int page_size) const override { return size_t(page_size) * kBytesPerRow; }
-    size_t bytes_per_window_slot() const override { return size_t(config_.sliding_window) * kBytesPerRow; }
+    // f32 rows of kv_dim 4 (one head of 4): 32 bytes per position and layer, as the spec computes.
+    model::KvDtype kv_dtype() const override { return model::KvDtype::f32; }
     size_t kv_budget_bytes() const override { return options_.kv_budget_bytes; }
     void allocate_kv(const model::KvLayout& layout) override;
-    const model::KvLayout& kv_layout() const override { return layout_; }
     void forward(const model::ForwardBatch& batch) override;
-    void copy_kv(const model::KvCopy& copy) override;
+    void copy_kv(const model::KvCopyPlan& plan) override;
     void logits_to_host(std::vector<float>& out) override { out = logits_; }
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
@@ -46,8 +45,6 @@ public:
     int64_t n_window_only_tokens() const { return n_window_only_; }  // replayed after prefix hits
     int max_batch_seen() const { return max_batch_; }
     bool fail_next_forward = false;  // makes the next forward() throw (error-path tests)
-
-    static constexpr size_t kBytesPerRow = 64;
 
 private:
     struct Row {

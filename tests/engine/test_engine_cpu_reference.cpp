@@ -59,7 +59,7 @@ const Checkpoint& checkpoint() {
 // Greedy decoding by hand: one slice for the whole prompt, then one token per step.
 std::vector<int32_t> direct_greedy(model::ModelRunner& m, const std::vector<int32_t>& prompt, int n_new) {
     const int ps = 16;
-    m.allocate_kv({.page_size = ps, .n_pages = 64, .n_window_slots = 1});
+    m.allocate_kv(kv_layout_for(m, ps, 64, 1));
     std::vector<int32_t> pages(64);
     for (int i = 0; i < 64; ++i) pages[size_t(i)] = i;
     std::vector<int32_t> tokens = prompt, out;

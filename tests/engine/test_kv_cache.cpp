@@ -1,5 +1,5 @@
 // Page allocator, window slots, prefix cache and their manager: reference counts, LRU eviction,
-// hash-chain matching, invariants.
+// hash-chain matching, ring spans, invariants.
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -43,6 +43,38 @@ TEST(window_slots, allocate_release) {
     EXPECT_THROW(s.release(a), Error);
     EXPECT_EQ(s.allocate(), a);
     s.check_invariants();
+}
+
+TEST(kv_cache_manager, rings_record_which_positions_they_hold) {
+    // 3 running slots and 2 snapshot slots: every one has a span, snapshots included.
+    KvCacheManager kv(/*n_pages=*/8, /*page_size=*/4, /*n_window_slots=*/3, /*prefix_caching=*/true,
+                      /*n_snapshot_slots=*/2);
+    const int a = kv.allocate_slot();
+    kv.start_ring(a, 0);
+    kv.advance_ring(a, 0, 40);
+    kv.advance_ring(a, 40, 41);
+    EXPECT_EQ(kv.ring(a).first, 0);
+    EXPECT_EQ(kv.ring(a).end, 41);
+    // A replay after a prefix hit starts an empty ring at its first position.
+    const int b = kv.allocate_slot();
+    kv.start_ring(b, 17);
+    EXPECT_EQ(kv.ring(b).first, 17);
+    EXPECT_EQ(kv.ring(b).end, 17);
+    // A step must continue where the ring ends.
+    EXPECT_THROW(kv.advance_ring(b, 16, 20), Error);
+    EXPECT_THROW(kv.advance_ring(b, 18, 20), Error);
+    kv.advance_ring(b, 17, 32);
+    // Copies carry the span: a saved ring (slot 3 is the first snapshot slot) and a restore from it.
+    kv.copy_ring(b, 3);
+    EXPECT_EQ(kv.ring(3).first, 17);
+    EXPECT_EQ(kv.ring(3).end, 32);
+    const int c = kv.allocate_slot();
+    kv.copy_ring(3, c);
+    EXPECT_EQ(kv.ring(c).first, 17);
+    EXPECT_EQ(kv.ring(c).end, 32);
+    EXPECT_THROW(kv.ring(5), Error);
+    EXPECT_THROW(kv.start_ring(-1, 0), Error);
+    EXPECT_THROW(kv.start_ring(a, -3), Error);
 }
 
 TEST(prefix_cache, match_follows_the_chain_and_verifies_tokens) {

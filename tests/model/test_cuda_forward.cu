@@ -51,13 +51,14 @@ const Weights& tiny_weights() {
 struct Pair {
     CpuReference cpu;
     CudaRunner gpu;
+    KvLayout gpu_layout;  // the same blocks in both; the CPU keeps f32, the GPU bf16
     explicit Pair(bool graphs)
         : cpu(tiny_weights()), gpu(tiny_weights(), CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16,
                                                                      .max_slices = 16, .progress = false,
                                                                      .graphs = graphs}) {
-        const KvLayout layout{.page_size = 16, .n_pages = 256, .n_window_slots = 8};
-        cpu.allocate_kv(layout);
-        gpu.allocate_kv(layout);
+        cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
+        gpu_layout = kv_layout_for(gpu, 16, 256, 8);
+        gpu.allocate_kv(gpu_layout);
     }
     // Same batch on both; returns the worst relative logit error over the rows.
     double forward(const ForwardBatch& b, std::vector<float>* gpu_logits = nullptr,
@@ -148,6 +149,7 @@ TEST(cuda_forward, mixed_ragged_batch) {
             if (k == 3 && i == 2) {  // prefix-cache style replay: recompute 20 cached positions
                 replay = 20;
                 s.n_computed -= replay;
+                s.window_first = s.n_computed;  // into a ring that restarts there, as after a prefix hit
             }
             SequenceSlice sl = test::slice_for(s, b.n_tokens(), n, replay);
             b.tokens.insert(b.tokens.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
@@ -218,7 +220,7 @@ TEST(cuda_forward, copied_kv_continues_exactly_like_its_source) {
     KvCopy copy{.src_slot = 1, .dst_slot = 6};
     copy.src_pages = test::pages_from(0, 13);  // 200 positions: 12 whole pages of 16 and a partial one
     copy.dst_pages.assign(b.pages.begin(), b.pages.begin() + 13);
-    p.gpu.copy_kv(copy);
+    p.gpu.copy_kv(plan_kv_copy(copy, p.gpu_layout));
     double worst = 0;
     for (int step = 0; step < 20; ++step) {
         const int32_t t = a.tokens[size_t(a.n_computed)];
@@ -243,8 +245,9 @@ TEST(cuda_forward, copied_kv_continues_exactly_like_its_source) {
     }
     std::printf("  20 forked decode steps: worst logits rel err %.2e\n", worst);
     EXPECT_LT(worst, kLogitBound);
-    EXPECT_THROW(p.gpu.copy_kv({.src_pages = {0}, .dst_pages = {0}}), Error);
-    EXPECT_THROW(p.gpu.copy_kv({.src_pages = {0}, .dst_pages = {256}}), Error);
+    EXPECT_THROW(plan_kv_copy({.src_pages = {0}, .dst_pages = {0}}, p.gpu_layout), Error);
+    // A plan outside the allocated blocks is refused by the backend itself.
+    EXPECT_THROW(p.gpu.copy_kv({.runs = {{KvGroupKind::paged, 0, 256 * 16, 16}}}), Error);
 }
 
 // Layer by layer on the same batch: every intermediate the two paths share, within kStepBound.

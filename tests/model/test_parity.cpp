@@ -109,7 +109,7 @@ TEST_P(Parity, logits_and_greedy_continuation_match_transformers) {
     CpuReference ref(Weights::load(dir));
     const int total = int(prompt.size() + want_greedy.size());
     const int page_size = 32;
-    ref.allocate_kv({.page_size = page_size, .n_pages = (total + page_size - 1) / page_size, .n_window_slots = 1});
+    ref.allocate_kv(kv_layout_for(ref, page_size, (total + page_size - 1) / page_size, 1));
     test::Seq seq{.tokens = prompt, .pages = test::pages_from(0, (total + page_size - 1) / page_size)};
 
     // Prefill in chunks that end at each kept position (chunked prefill equals one prefill exactly).
@@ -176,7 +176,7 @@ TEST(ParitySteps, short_prompt_layer_by_layer) {
     const uint64_t seed = uint64_t(ckpt.at("seed").as_int());
     CpuReference ref(
         Weights::load(test::synthetic_checkpoint(preset + "-" + std::to_string(seed), preset_config(preset), seed)));
-    ref.allocate_kv({.page_size = 32, .n_pages = 1, .n_window_slots = 1});
+    ref.allocate_kv(kv_layout_for(ref, 32, 1, 1));
     std::map<std::pair<std::string, int>, std::vector<float>> got;
     ref.set_dump([&](std::string_view name, int layer, std::span<const float> v) {
         got[{std::string(name), layer}].assign(v.begin(), v.end());

@@ -22,8 +22,13 @@ constexpr int kPageSize = 8;
 
 CpuReference make_reference(int n_pages = 64, int n_slots = 4) {
     CpuReference ref(Weights::load(test::synthetic_checkpoint("small", test::small_config(), kSeed)));
-    ref.allocate_kv({.page_size = kPageSize, .n_pages = n_pages, .n_window_slots = n_slots});
+    ref.allocate_kv(kv_layout_for(ref, kPageSize, n_pages, n_slots));
     return ref;
+}
+
+// Runs a copy the way the engine does: planned against the layout make_reference allocated.
+void copy_kv(CpuReference& ref, const KvCopy& copy, int n_pages = 64, int n_slots = 4) {
+    ref.copy_kv(plan_kv_copy(copy, kv_layout_for(ref, kPageSize, n_pages, n_slots)));
 }
 
 std::vector<int32_t> prompt(int n, int salt = 0) {
@@ -93,7 +98,9 @@ TEST(reference, replay_into_a_reused_window_slot_never_reads_stale_rows) {
         CpuReference ref = make_reference();
         Seq first{.tokens = tokens, .pages = test::pages_from(0, 5), .window_slot = 2};
         test::step(ref, first, 40);
-        Seq second{.tokens = tokens, .pages = {0, 1, 2, 3, 10}, .window_slot = slot, .n_computed = 17};
+        // The ring starts empty at the replay's first position (what the engine says after a hit).
+        Seq second{
+            .tokens = tokens, .pages = {0, 1, 2, 3, 10}, .window_slot = slot, .window_first = 17, .n_computed = 17};
         ForwardBatch b;
         b.tokens.assign(tokens.begin() + 17, tokens.end());
         b.slices.push_back(test::slice_for(second, 0, 23, /*n_full_kv_cached=*/15));
@@ -113,7 +120,7 @@ TEST(reference, original_layout_gives_the_same_logits) {
     const auto tokens = prompt(20, 4);
     CpuReference original(Weights::load(
         test::synthetic_checkpoint("small-original", test::small_config(), kSeed, Layout::original)));
-    original.allocate_kv({.page_size = kPageSize, .n_pages = 8, .n_window_slots = 1});
+    original.allocate_kv(kv_layout_for(original, kPageSize, 8, 1));
     Seq s{.tokens = tokens, .pages = test::pages_from(0, 8)};
     EXPECT_EQ(test::step(original, s, 20), logits_of_prefill(tokens, {20}));
 }
@@ -186,7 +193,8 @@ TEST(reference, copied_kv_continues_exactly_like_its_source) {
     Seq a{.tokens = tokens, .pages = test::pages_from(0, 6), .window_slot = 0};
     test::step(ref, a, 37);
     Seq b{.tokens = tokens, .pages = {40, 41, 12, 13, 14, 50}, .window_slot = 3, .n_computed = 37};
-    ref.copy_kv({.src_pages = test::pages_from(0, 5), .dst_pages = {40, 41, 12, 13, 14}, .src_slot = 0, .dst_slot = 3});
+    copy_kv(ref,
+            {.src_pages = test::pages_from(0, 5), .dst_pages = {40, 41, 12, 13, 14}, .src_slot = 0, .dst_slot = 3});
     std::vector<float> got_a, got_b;
     for (int i = 0; i < 5; ++i) {
         got_b = test::step(ref, b, 1);
@@ -209,27 +217,36 @@ TEST(reference, bad_kv_copies_are_refused_and_change_nothing) {
         {.src_pages = {0}, .dst_pages = {4}, .src_slot = 0, .dst_slot = 2},   // slot out of range
         {.src_pages = {0}, .dst_pages = {4}, .src_slot = 0, .dst_slot = 0},   // slot onto itself
     };
-    for (size_t i = 0; i < std::size(bad); ++i) EXPECT_THROW(ref.copy_kv(bad[i]), Error) << "case " << i;
+    for (size_t i = 0; i < std::size(bad); ++i) EXPECT_THROW(copy_kv(ref, bad[i], 8, 2), Error) << "case " << i;
+    // Plans outside the allocated blocks, or overlapping themselves, are refused by the backend.
+    const KvCopyPlan bad_plans[] = {
+        {{{KvGroupKind::paged, 0, 8 * kPageSize, kPageSize}}},  // past the last page
+        {{{KvGroupKind::ring, 0, 16, 17}}},                     // past the last ring row
+        {{{KvGroupKind::paged, 0, 4, 8}}},                      // source and destination overlap
+    };
+    for (size_t i = 0; i < std::size(bad_plans); ++i) EXPECT_THROW(ref.copy_kv(bad_plans[i]), Error) << "plan " << i;
     // The failed copies wrote nothing: A continues as a fresh prefill would.
     const auto want = logits_of_prefill(prompt(20, 6), {19, 1});
     EXPECT_EQ(test::step(ref, a, 1), want);
 }
 
 TEST(reference, kv_copy_plan_merges_consecutive_pages) {
-    const KvLayout layout{.page_size = 4, .n_pages = 32, .n_window_slots = 2};
-    auto as_tuple = [](const KvRowRun& r) { return std::make_tuple(r.sliding, r.src, r.dst, r.n); };
+    const KvLayout layout{.spec = KvSpec(test::small_config(), KvDtype::f32, 4), .n_pages = 32, .n_window_slots = 2};
+    auto as_tuple = [](const KvRowRun& r) { return std::make_tuple(r.group, r.src, r.dst, r.n); };
+    const KvGroupKind paged = KvGroupKind::paged;
     const std::vector<KvRowRun> runs =
-        plan_kv_copy({.src_pages = {0, 1, 2, 7, 8, 3}, .dst_pages = {10, 11, 12, 20, 22, 23}}, layout, 16);
+        plan_kv_copy({.src_pages = {0, 1, 2, 7, 8, 3}, .dst_pages = {10, 11, 12, 20, 22, 23}}, layout).runs;
     ASSERT_EQ(runs.size(), 4u);  // pages 0-2 -> 10-12 merged; 7 -> 20, 8 -> 22, 3 -> 23 alone (rows of 4 per page)
-    EXPECT_EQ(as_tuple(runs[0]), std::make_tuple(false, int64_t(0), int64_t(40), int64_t(12)));
-    EXPECT_EQ(as_tuple(runs[1]), std::make_tuple(false, int64_t(28), int64_t(80), int64_t(4)));
-    EXPECT_EQ(as_tuple(runs[2]), std::make_tuple(false, int64_t(32), int64_t(88), int64_t(4)));
-    EXPECT_EQ(as_tuple(runs[3]), std::make_tuple(false, int64_t(12), int64_t(92), int64_t(4)));
-    EXPECT_TRUE(plan_kv_copy({}, layout, 16).empty());
-    // A window slot is one run of the ring's rows.
-    const std::vector<KvRowRun> ring = plan_kv_copy({.src_pages = {}, .dst_pages = {}, .src_slot = 1, .dst_slot = 0}, layout, 16);
+    EXPECT_EQ(as_tuple(runs[0]), std::make_tuple(paged, int64_t(0), int64_t(40), int64_t(12)));
+    EXPECT_EQ(as_tuple(runs[1]), std::make_tuple(paged, int64_t(28), int64_t(80), int64_t(4)));
+    EXPECT_EQ(as_tuple(runs[2]), std::make_tuple(paged, int64_t(32), int64_t(88), int64_t(4)));
+    EXPECT_EQ(as_tuple(runs[3]), std::make_tuple(paged, int64_t(12), int64_t(92), int64_t(4)));
+    EXPECT_TRUE(plan_kv_copy({}, layout).runs.empty());
+    // A window slot is one run of the ring's rows (small_config's window is 16).
+    const std::vector<KvRowRun> ring =
+        plan_kv_copy({.src_pages = {}, .dst_pages = {}, .src_slot = 1, .dst_slot = 0}, layout).runs;
     ASSERT_EQ(ring.size(), 1u);
-    EXPECT_EQ(as_tuple(ring[0]), std::make_tuple(true, int64_t(16), int64_t(0), int64_t(16)));
+    EXPECT_EQ(as_tuple(ring[0]), std::make_tuple(KvGroupKind::ring, int64_t(16), int64_t(0), int64_t(16)));
 }
 
 TEST(reference, rejects_bad_batches) {
@@ -254,6 +271,9 @@ TEST(reference, rejects_bad_batches) {
     b.slices[0].window_slot = 2;  // slot 2 does not exist
     EXPECT_THROW(ref.forward(b), Error);
     b = batch_of(s, 10);
+    b.slices[0].window_first = 1;  // the ring cannot hold positions after the slice's start
+    EXPECT_THROW(ref.forward(b), Error);
+    b = batch_of(s, 10);
     b.slices[0].n_tokens = 9;  // slices must cover every token
     EXPECT_THROW(ref.forward(b), Error);
     b = batch_of(s, 10);
@@ -265,7 +285,7 @@ TEST(reference, rejects_bad_batches) {
     // A KV layout over the budget is refused.
     CpuReference small(Weights::load(test::synthetic_checkpoint("small", test::small_config(), kSeed)),
                        {.kv_budget_bytes = 1000});
-    EXPECT_THROW(small.allocate_kv({.page_size = 8, .n_pages = 4, .n_window_slots = 1}), Error);
+    EXPECT_THROW(small.allocate_kv(kv_layout_for(small, 8, 4, 1)), Error);
     // Nothing was written by the failed steps: a valid batch still works.
     ref.forward(batch_of(s, 10));
 }

@@ -66,6 +66,7 @@ struct Seq {
     std::vector<int32_t> tokens;  // all tokens so far
     std::vector<int32_t> pages;   // page table
     int window_slot = 0;
+    int window_first = 0;         // first position the ring holds (as the engine's KvCacheManager says)
     int n_computed = 0;           // positions with K/V in the cache
 };
 
@@ -76,6 +77,7 @@ inline SequenceSlice slice_for(const Seq& s, int first_token, int n_tokens, int 
     sl.start_pos = s.n_computed;
     sl.n_full_kv_cached = n_full_kv_cached;
     sl.window_slot = s.window_slot;
+    sl.window_first = s.window_first;
     sl.pages = s.pages;
     sl.want_logits = true;
     return sl;

@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "model/scripted_runner.h"
 #include "model/synthetic.h"
 #include "server/openai_server.h"
-#include "server/scripted_runner.h"
 #include "server_test_util.h"
 
 namespace osprey::server {
@@ -25,7 +25,7 @@ protected:
     void SetUp() override {
         // No stop token in the script: past its end the runner repeats the last token until max_tokens.
         const auto ids = test::harmony_tokenizer().encode("<|channel|>final<|message|>Hi there, friend", tok::Specials::allowed);
-        runner_ = std::make_unique<ScriptedRunner>(model::preset_config("tiny"), ids);
+        runner_ = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
         engine::EngineOptions eo;
         eo.max_kv_tokens = 1 << 20;
         eo.max_model_len = 131072;
@@ -97,7 +97,7 @@ protected:
                                                 std::to_string(max_tokens) + (stream ? ", \"stream\": true}" : "}"));
     }
 
-    std::unique_ptr<ScriptedRunner> runner_;
+    std::unique_ptr<model::ScriptedRunner> runner_;
     std::unique_ptr<engine::Engine> engine_;
     std::unique_ptr<OpenAiServer> api_;
     std::unique_ptr<HttpServer> http_;

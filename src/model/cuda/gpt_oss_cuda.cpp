@@ -95,7 +95,6 @@ struct CudaRunner::Step {
     int n_store_full = 0;
     const cuda::KvStoreRow* store_window = nullptr;
     int n_store_window = 0;
-    std::vector<int32_t> window_first;  // [n_slices] first position in the slice's ring (host)
 };
 
 CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
@@ -157,16 +156,6 @@ CudaRunner::~CudaRunner() = default;
 
 std::string CudaRunner::name() const { return "cuda:" + cuda::device_name(); }
 
-size_t CudaRunner::bytes_per_page(int page_size) const {
-    const size_t n_full = size_t(config_.n_layers) / 2;  // odd layers
-    return n_full * 2 * size_t(page_size) * config_.kv_dim() * sizeof(bf16);
-}
-
-size_t CudaRunner::bytes_per_window_slot() const {
-    const size_t n_sliding = size_t(config_.n_layers + 1) / 2;  // even layers
-    return n_sliding * 2 * size_t(config_.sliding_window) * config_.kv_dim() * sizeof(bf16);
-}
-
 size_t CudaRunner::kv_budget_bytes() const {
     size_t held = 0;
     for (size_t i = 0; i < k_cache_.size(); ++i) held += k_cache_[i].bytes() + v_cache_[i].bytes();
@@ -175,49 +164,41 @@ size_t CudaRunner::kv_budget_bytes() const {
 }
 
 void CudaRunner::allocate_kv(const KvLayout& layout) {
-    OSPREY_CHECK(layout.page_size > 0 && layout.n_pages >= 0 && layout.n_window_slots >= 0,
-                 "cuda: bad KV layout: page_size ", layout.page_size, ", ", layout.n_pages, " pages, ",
-                 layout.n_window_slots, " window slots");
-    const size_t bytes =
-        bytes_per_page(layout.page_size) * layout.n_pages + bytes_per_window_slot() * layout.n_window_slots;
+    layout.check("cuda");
+    const Config& c = config_;
+    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == c.n_layers, "cuda: KV spec for ",
+                 layout.spec.n_layers(), " layers of ", kv_dtype_name(layout.spec.dtype()), ", this backend keeps ",
+                 c.n_layers, " layers of ", kv_dtype_name(kv_dtype()));
     const size_t budget = kv_budget_bytes();
-    OSPREY_CHECK(bytes <= budget, "cuda: KV layout needs ", bytes, " bytes, budget is ", budget);
+    OSPREY_CHECK(layout.bytes() <= budget, "cuda: KV layout needs ", layout.bytes(), " bytes, budget is ", budget);
     graphs_.clear();  // they hold the old cache pointers
     k_cache_.clear();
     v_cache_.clear();
     layout_ = layout;
-    const Config& c = config_;
     k_cache_.resize(c.n_layers);
     v_cache_.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
-        const size_t rows = c.is_sliding(i) ? size_t(layout.n_window_slots) * c.sliding_window
-                                            : size_t(layout.n_pages) * layout.page_size;
+        const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
         k_cache_[i].resize(rows * c.kv_dim());
         v_cache_[i].resize(rows * c.kv_dim());
         k_cache_[i].fill_bytes(0);
         v_cache_[i].fill_bytes(0);
     }
-    slot_begin_.assign(layout.n_window_slots, 0);
-    slot_end_.assign(layout.n_window_slots, 0);
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-void CudaRunner::copy_kv(const KvCopy& copy) {
+// Runs cover whole blocks, so a block's bytes are contiguous whatever the order of heads and rows
+// inside it ([n_kv_heads, rows, head_dim] here).
+void CudaRunner::copy_kv(const KvCopyPlan& plan) {
     OSPREY_CHECK(!k_cache_.empty(), "copy_kv: allocate_kv first");
-    const Config& c = config_;
-    const std::vector<KvRowRun> runs = plan_kv_copy(copy, layout_, c.sliding_window);
-    const size_t row_bytes = size_t(c.kv_dim()) * sizeof(bf16);
-    for (int i = 0; i < c.n_layers; ++i)
-        for (bf16* base : {k_cache_[i].get(), v_cache_[i].get()})
-            for (const KvRowRun& r : runs)
-                if (r.sliding == c.is_sliding(i))
-                    CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(base) + size_t(r.dst) * row_bytes,
-                                               reinterpret_cast<const char*>(base) + size_t(r.src) * row_bytes,
-                                               size_t(r.n) * row_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
-    if (copy.src_slot >= 0) {
-        slot_begin_[copy.dst_slot] = slot_begin_[copy.src_slot];
-        slot_end_[copy.dst_slot] = slot_end_[copy.src_slot];
-    }
+    check_kv_copy_plan(plan, layout_);
+    const size_t row_bytes = layout_.spec.tensor_row_bytes();
+    for (const KvRowRun& r : plan.runs)
+        for (int layer : layout_.spec.group(r.group).layers)
+            for (bf16* base : {k_cache_[layer].get(), v_cache_[layer].get()})
+                CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(base) + size_t(r.dst) * row_bytes,
+                                           reinterpret_cast<const char*>(base) + size_t(r.src) * row_bytes,
+                                           size_t(r.n) * row_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
 }
 
 void CudaRunner::check_batch(const ForwardBatch& batch) const {
@@ -243,14 +224,10 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
         for (int i = 0; i < sl.n_tokens; ++i) positions.push_back(sl.start_pos + i);
         if (sl.want_logits) logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
         decode_only = decode_only && sl.n_tokens == 1 && sl.want_logits && sl.n_full_kv_cached == 0;
-        // The ring holds [slot_begin, slot_end) if this slice continues the sequence that filled it.
-        const bool continues = sl.start_pos > 0 && slot_end_[sl.window_slot] == sl.start_pos;
-        const int first = continues ? slot_begin_[sl.window_slot] : sl.start_pos;
-        step.window_first.push_back(first);
         const int page_offset = int(page_table.size());
         page_table.insert(page_table.end(), sl.pages.begin(), sl.pages.end());
         full_slices.push_back({sl.first_token, sl.n_tokens, sl.start_pos, sl.window_slot, page_offset, 0});
-        window_slices.push_back({sl.first_token, sl.n_tokens, sl.start_pos, sl.window_slot, 0, first});
+        window_slices.push_back({sl.first_token, sl.n_tokens, sl.start_pos, sl.window_slot, 0, sl.window_first});
         full_store.push_back({sl.first_token, sl.n_tokens, sl.start_pos, sl.n_full_kv_cached, sl.window_slot, sl.pages});
         window_store.push_back({sl.first_token, sl.n_tokens, sl.start_pos, 0, sl.window_slot, {}});
     }
@@ -263,8 +240,10 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     OSPREY_CHECK(full.n_partials <= act_->max_partials && window.n_partials <= act_->max_partials,
                  "forward: attention needs ", std::max(full.n_partials, window.n_partials),
                  " split partials, the workspace holds ", act_->max_partials);
-    const std::vector<cuda::KvStoreRow> store_full = cuda::plan_kv_store(full_store, false, layout_.page_size);
-    const std::vector<cuda::KvStoreRow> store_window = cuda::plan_kv_store(window_store, true, c.sliding_window);
+    const std::vector<cuda::KvStoreRow> store_full =
+        cuda::plan_kv_store(full_store, false, layout_.spec.paged().rows_per_block);
+    const std::vector<cuda::KvStoreRow> store_window =
+        cuda::plan_kv_store(window_store, true, layout_.spec.ring().rows_per_block);
 
     // Fixed-size arrays first and the page table last, so that a decode step of a given batch size
     // always finds its arrays at the same device addresses (what a captured graph reads).
@@ -336,11 +315,6 @@ void CudaRunner::forward(const ForwardBatch& batch) {
         }
     }
     n_logit_rows_ = step.n_logit_rows;
-    for (size_t s = 0; s < batch.slices.size(); ++s) {
-        const SequenceSlice& sl = batch.slices[s];
-        slot_begin_[sl.window_slot] = step.window_first[s];
-        slot_end_[sl.window_slot] = sl.start_pos + sl.n_tokens;
-    }
 }
 
 void CudaRunner::set_profile(bool on) {
@@ -406,20 +380,36 @@ void CudaRunner::attention_block(int layer, const Step& step) {
 
     // attn = softmax-with-sink(q·kᵀ / sqrt(head_dim)) · v: earlier positions from the cache (pages
     // on full layers, the window ring on sliding ones), this step's from qkv.
-    const bool sliding = c.is_sliding(layer);
-    cuda::attention({.out = a.attn, .ld_out = c.q_dim(), .qkv = a.qkv, .ld_qkv = qkv_width,
-                     .k_cache = k_cache_[layer].get(), .v_cache = v_cache_[layer].get(),
-                     .rows = sliding ? c.sliding_window : layout_.page_size, .ring = sliding,
-                     .window = sliding ? c.sliding_window : 0, .page_table = step.page_table,
-                     .sinks = w.sinks.get(), .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                     .head_dim = c.head_dim, .partial_acc = a.partial_acc, .partial_ml = a.partial_ml},
+    const bool sliding = layout_.spec.is_ring(layer);
+    const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
+    cuda::attention({.out = a.attn,
+                     .ld_out = c.q_dim(),
+                     .qkv = a.qkv,
+                     .ld_qkv = qkv_width,
+                     .k_cache = k_cache_[layer].get(),
+                     .v_cache = v_cache_[layer].get(),
+                     .rows = rows,
+                     .ring = sliding,
+                     .window = sliding ? c.sliding_window : 0,
+                     .page_table = step.page_table,
+                     .sinks = w.sinks.get(),
+                     .n_q_heads = c.n_heads,
+                     .n_kv_heads = c.n_kv_heads,
+                     .head_dim = c.head_dim,
+                     .partial_acc = a.partial_acc,
+                     .partial_ml = a.partial_ml},
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, c.q_dim(), true);
     // append this step's k, v to the cache
-    cuda::kv_store({.qkv = a.qkv, .ld_qkv = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                    .head_dim = c.head_dim, .k_cache = k_cache_[layer].get(), .v_cache = v_cache_[layer].get(),
-                    .rows = sliding ? c.sliding_window : layout_.page_size,
+    cuda::kv_store({.qkv = a.qkv,
+                    .ld_qkv = qkv_width,
+                    .n_q_heads = c.n_heads,
+                    .n_kv_heads = c.n_kv_heads,
+                    .head_dim = c.head_dim,
+                    .k_cache = k_cache_[layer].get(),
+                    .v_cache = v_cache_[layer].get(),
+                    .rows = rows,
                     .dst = sliding ? step.store_window : step.store_full,
                     .n = sliding ? step.n_store_window : step.n_store_full},
                    stream_);

@@ -49,13 +49,11 @@ public:
 
     const Config& config() const override { return config_; }
     std::string name() const override;
-    size_t bytes_per_page(int page_size) const override;
-    size_t bytes_per_window_slot() const override;
+    KvDtype kv_dtype() const override { return KvDtype::bf16; }
     size_t kv_budget_bytes() const override;
     void allocate_kv(const KvLayout& layout) override;
-    const KvLayout& kv_layout() const override { return layout_; }
     void forward(const ForwardBatch& batch) override;
-    void copy_kv(const KvCopy& copy) override;
+    void copy_kv(const KvCopyPlan& plan) override;
     void logits_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
@@ -105,7 +103,6 @@ private:
 
     KvLayout layout_;
     std::vector<cuda::DeviceBuffer<bf16>> k_cache_, v_cache_;  // [n_layers] (layout in attention.h)
-    std::vector<int32_t> slot_begin_, slot_end_;               // positions each window ring holds
 
     // Per-step metadata: packed on the host in pinned memory, uploaded with one copy.
     cuda::PinnedBuffer<uint8_t> meta_host_;

@@ -9,33 +9,32 @@
 
 #include "model/runner.h"
 
-namespace osprey::server {
+namespace osprey::model {
 
-class ScriptedRunner : public model::ModelRunner {
+class ScriptedRunner : public ModelRunner {
 public:
-    ScriptedRunner(model::Config config, std::vector<int32_t> script);
+    ScriptedRunner(Config config, std::vector<int32_t> script);
     // Makes every forward() take at least this long (a model's pace, for cancellation tests).
     void set_step_delay(std::chrono::microseconds delay) { step_delay_ = delay; }
 
-    const model::Config& config() const override { return config_; }
+    const Config& config() const override { return config_; }
     std::string name() const override { return "scripted (test only)"; }
-    size_t bytes_per_page(int page_size) const override { return size_t(page_size) * 16; }
-    size_t bytes_per_window_slot() const override { return size_t(config_.sliding_window) * 16; }
-    size_t kv_budget_bytes() const override { return size_t(64) << 20; }
-    void allocate_kv(const model::KvLayout& layout) override { layout_ = layout; }
-    const model::KvLayout& kv_layout() const override { return layout_; }
-    void forward(const model::ForwardBatch& batch) override;
-    void copy_kv(const model::KvCopy& copy) override;  // checks the copy; there is no K/V to move
+    KvDtype kv_dtype() const override { return KvDtype::f32; }
+    // A budget as if K/V were stored, so that the engine sizes a cache like the CPU backend's would.
+    size_t kv_budget_bytes() const override { return size_t(1) << 30; }
+    void allocate_kv(const KvLayout& layout) override;
+    void forward(const ForwardBatch& batch) override;
+    void copy_kv(const KvCopyPlan& plan) override;  // checks the plan; there is no K/V to move
     void logits_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
 
 private:
-    model::Config config_;
+    Config config_;
     std::vector<int32_t> script_;
-    model::KvLayout layout_;
+    KvLayout layout_;
     int n_logit_rows_ = 0;
     std::chrono::microseconds step_delay_{0};
 };
 
-}  // namespace osprey::server
+}  // namespace osprey::model

@@ -1,25 +1,33 @@
 // TEST ONLY scripted model backend (see scripted_runner.h).
-#include "server/scripted_runner.h"
+#include "model/scripted_runner.h"
 
 #include <thread>
 
 #include "core/check.h"
 #include "model/batch_check.h"
 
-namespace osprey::server {
+namespace osprey::model {
 
-ScriptedRunner::ScriptedRunner(model::Config config, std::vector<int32_t> script)
+ScriptedRunner::ScriptedRunner(Config config, std::vector<int32_t> script)
     : config_(std::move(config)), script_(std::move(script)) {
     OSPREY_CHECK(!script_.empty(), "the test script has no tokens");
     for (int32_t t : script_)
         OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
 }
 
-void ScriptedRunner::copy_kv(const model::KvCopy& copy) {
-    (void)model::plan_kv_copy(copy, layout_, config_.sliding_window);
+void ScriptedRunner::allocate_kv(const KvLayout& layout) {
+    layout.check("scripted");
+    OSPREY_CHECK(layout.bytes() <= kv_budget_bytes(), "scripted: KV layout needs ", layout.bytes(),
+                 " bytes, budget is ", kv_budget_bytes());
+    layout_ = layout;
 }
 
-void ScriptedRunner::forward(const model::ForwardBatch& batch) {
+void ScriptedRunner::copy_kv(const KvCopyPlan& plan) {
+    check_kv_copy_plan(plan, layout_);
+}
+
+void ScriptedRunner::forward(const ForwardBatch& batch) {
+    check_forward_batch(batch, config_, layout_);
     n_logit_rows_ = batch.n_logit_rows();
     if (step_delay_.count() > 0) std::this_thread::sleep_for(step_delay_);
 }
@@ -40,4 +48,4 @@ void ScriptedRunner::sample(std::span<const SamplingParams> params, std::span<co
     }
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::model

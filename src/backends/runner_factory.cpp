@@ -1,0 +1,68 @@
+// The backend factory (see runner_factory.h): the one place that knows whether CUDA was built.
+#include "backends/runner_factory.h"
+
+#include <sys/stat.h>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "model/gpt_oss_ref.h"
+#ifdef OSPREY_HAVE_CUDA
+#include "model/cuda/gpt_oss_cuda.h"
+#endif
+
+namespace osprey::backends {
+
+void check_backend_name(const std::string& name, const std::string& flag) {
+    OSPREY_CHECK(name == "auto" || name == "cpu" || name == "cuda", flag, " must be auto, cpu or cuda, got '", name,
+                 "'");
+}
+
+bool built_with_cuda() {
+#ifdef OSPREY_HAVE_CUDA
+    return true;
+#else
+    return false;
+#endif
+}
+
+bool have_gpu() {
+    struct stat st {};
+    return ::stat("/dev/nvidia0", &st) == 0;
+}
+
+std::string resolve_backend(const std::string& name) {
+    check_backend_name(name);
+    if (name == "cuda") {
+        OSPREY_CHECK(built_with_cuda(), "--backend cuda: this osprey was built without the CUDA backend");
+        return "cuda";
+    }
+    return name == "auto" && built_with_cuda() && have_gpu() ? "cuda" : "cpu";
+}
+
+Runner make_runner(model::Weights weights, const RunnerOptions& o) {
+    Runner r;
+    r.backend = resolve_backend(o.backend);
+#ifdef OSPREY_HAVE_CUDA
+    if (r.backend == "cuda") {
+        model::CudaRunnerOptions co;
+        if (o.max_tokens > 0) co.max_tokens = o.max_tokens;
+        if (o.max_logit_rows > 0) co.max_logit_rows = o.max_logit_rows;
+        if (o.max_slices > 0) co.max_slices = o.max_slices;
+        co.progress = o.progress;
+        try {
+            r.runner = std::make_unique<model::CudaRunner>(weights, co);
+            r.weights = std::move(weights);
+            return r;
+        } catch (const Error& e) {
+            OSPREY_CHECK(o.backend == "auto" && o.fall_back_to_cpu, "--backend ", o.backend, ": ", e.what());
+            log::warn("no usable CUDA device (", e.what(), "): using the CPU reference backend");
+            r.backend = "cpu";
+        }
+    }
+#endif
+    r.runner = std::make_unique<model::CpuReference>(std::move(weights),
+                                                     model::CpuReferenceOptions{.n_threads = o.cpu_threads});
+    return r;
+}
+
+}  // namespace osprey::backends

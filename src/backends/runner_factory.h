@@ -1,0 +1,44 @@
+// One factory for model backends: makes the runner a backend name asks for, so that no command
+// repeats the CUDA/CPU choice or its #ifdef. The CUDA backend exists when osprey was built with nvcc.
+//   auto  the CUDA backend when it was built and this machine has an NVIDIA device, else the CPU one
+//   cpu   the CPU reference backend (model/gpt_oss_ref.h)
+//   cuda  the CUDA backend (model/cuda/gpt_oss_cuda.h); an error when it was not built
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "model/runner.h"
+#include "model/weights.h"
+
+namespace osprey::backends {
+
+// Throws osprey::Error naming `flag` unless `name` is auto, cpu or cuda.
+void check_backend_name(const std::string& name, const std::string& flag = "--backend");
+bool built_with_cuda();
+bool have_gpu();  // an NVIDIA device node is present
+// "cpu" or "cuda": what `name` resolves to on this machine (throws for cuda without the backend).
+std::string resolve_backend(const std::string& name);
+
+struct RunnerOptions {
+    std::string backend = "auto";
+    // auto only: when the CUDA backend fails to start (no usable device), warn and use the CPU one.
+    bool fall_back_to_cpu = false;
+    int cpu_threads = 0;  // 0: the process-wide pool
+    // CUDA sizing (CudaRunnerOptions): tokens, logit rows and sequences per forward; 0 keeps the default.
+    int max_tokens = 0;
+    int max_logit_rows = 0;
+    int max_slices = 0;
+    bool progress = true;  // progress bar while loading weights to the device
+};
+
+struct Runner {
+    std::unique_ptr<model::ModelRunner> runner;
+    std::string backend;                    // "cpu" or "cuda"
+    std::optional<model::Weights> weights;  // kept beside a CUDA runner (the CPU one owns its weights)
+};
+
+Runner make_runner(model::Weights weights, const RunnerOptions& options);
+
+}  // namespace osprey::backends

@@ -1,0 +1,114 @@
+// The KV cache's layout as data (see kv_spec.h).
+#include "model/kv_spec.h"
+
+#include "core/check.h"
+
+namespace osprey::model {
+
+bool is_sliding_layer(int layer) {
+    return layer % 2 == 0;
+}
+
+size_t kv_dtype_bytes(KvDtype dtype) {
+    switch (dtype) {
+        case KvDtype::f32:
+            return 4;
+        case KvDtype::bf16:
+            return 2;
+    }
+    OSPREY_FAIL("unknown KV dtype ", int(dtype));
+}
+
+std::string_view kv_dtype_name(KvDtype dtype) {
+    switch (dtype) {
+        case KvDtype::f32:
+            return "f32";
+        case KvDtype::bf16:
+            return "bf16";
+    }
+    return "?";
+}
+
+void check_page_size(int page_size, std::string_view what) {
+    OSPREY_CHECK(page_size >= kMinPageSize && page_size <= kMaxPageSize, what, " must be in [", kMinPageSize, ", ",
+                 kMaxPageSize, "] tokens, got ", page_size);
+}
+
+KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size)
+    : dtype_(dtype), page_size_(page_size), sliding_window_(config.sliding_window), kv_dim_(config.kv_dim()) {
+    check_page_size(page_size);
+    OSPREY_CHECK(config.n_layers > 0 && config.sliding_window > 0 && config.kv_dim() > 0, "KV spec: ", config.n_layers,
+                 " layers, sliding window ", config.sliding_window, ", kv_dim ", config.kv_dim());
+    const size_t row = 2 * tensor_row_bytes();  // K and V
+    groups_[size_t(KvGroupKind::paged)] = {KvGroupKind::paged, {}, page_size, row};
+    groups_[size_t(KvGroupKind::ring)] = {KvGroupKind::ring, {}, config.sliding_window, row};
+    kind_of_.resize(size_t(config.n_layers));
+    for (int layer = 0; layer < config.n_layers; ++layer) {
+        const KvGroupKind kind = is_sliding_layer(layer) ? KvGroupKind::ring : KvGroupKind::paged;
+        kind_of_[size_t(layer)] = kind;
+        groups_[size_t(kind)].layers.push_back(layer);
+    }
+}
+
+KvGroupKind KvSpec::kind_of(int layer) const {
+    OSPREY_CHECK(layer >= 0 && layer < n_layers(), "KV spec: layer ", layer, " outside [0, ", n_layers(), ")");
+    return kind_of_[size_t(layer)];
+}
+
+void KvLayout::check(std::string_view who) const {
+    OSPREY_CHECK(spec.page_size() > 0 && n_pages >= 0 && n_window_slots >= 0, who, ": bad KV layout: page_size ",
+                 spec.page_size(), ", ", n_pages, " pages, ", n_window_slots, " window slots");
+}
+
+KvCopyPlan plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
+    OSPREY_CHECK(copy.src_pages.size() == copy.dst_pages.size(), "copy_kv: ", copy.src_pages.size(),
+                 " source pages but ", copy.dst_pages.size(), " destination pages");
+    OSPREY_CHECK((copy.src_slot < 0) == (copy.dst_slot < 0), "copy_kv: window slots ", copy.src_slot, " -> ",
+                 copy.dst_slot, ": give both or neither");
+    if (copy.src_slot >= 0) {
+        OSPREY_CHECK(copy.src_slot < layout.n_window_slots && copy.dst_slot < layout.n_window_slots,
+                     "copy_kv: window slots ", copy.src_slot, " -> ", copy.dst_slot, " outside [0, ",
+                     layout.n_window_slots, ")");
+        OSPREY_CHECK(copy.src_slot != copy.dst_slot, "copy_kv: window slot ", copy.src_slot, " copied onto itself");
+    }
+    std::vector<uint8_t> role(size_t(layout.n_pages), 0);  // 1: source, 2: destination
+    for (size_t i = 0; i < copy.src_pages.size(); ++i) {
+        const int32_t s = copy.src_pages[i], d = copy.dst_pages[i];
+        OSPREY_CHECK(s >= 0 && s < layout.n_pages && d >= 0 && d < layout.n_pages, "copy_kv: page ", s, " -> ", d,
+                     " outside [0, ", layout.n_pages, ")");
+        role[size_t(s)] = 1;
+    }
+    for (int32_t d : copy.dst_pages) {
+        OSPREY_CHECK(role[size_t(d)] == 0, "copy_kv: page ", d,
+                     role[size_t(d)] == 1 ? " is both a source and a destination" : " is a destination twice");
+        role[size_t(d)] = 2;
+    }
+    const int64_t ps = layout.spec.paged().rows_per_block;
+    KvCopyPlan plan;
+    for (size_t i = 0; i < copy.src_pages.size(); ++i) {
+        const int64_t s = copy.src_pages[i] * ps, d = copy.dst_pages[i] * ps;
+        KvRowRun* last = plan.runs.empty() ? nullptr : &plan.runs.back();
+        if (last && last->src + last->n == s && last->dst + last->n == d)
+            last->n += ps;
+        else
+            plan.runs.push_back({KvGroupKind::paged, s, d, ps});
+    }
+    if (copy.src_slot >= 0) {
+        const int64_t w = layout.spec.ring().rows_per_block;
+        plan.runs.push_back({KvGroupKind::ring, copy.src_slot * w, copy.dst_slot * w, w});
+    }
+    return plan;
+}
+
+void check_kv_copy_plan(const KvCopyPlan& plan, const KvLayout& layout) {
+    for (size_t i = 0; i < plan.runs.size(); ++i) {
+        const KvRowRun& r = plan.runs[i];
+        const int64_t rows = layout.rows(r.group);
+        OSPREY_CHECK(r.n >= 0 && r.src >= 0 && r.dst >= 0 && r.src + r.n <= rows && r.dst + r.n <= rows,
+                     "copy_kv: run ", i, " (rows ", r.src, " -> ", r.dst, ", ", r.n, " of them) outside the ", rows,
+                     " rows of the ", r.group == KvGroupKind::ring ? "ring" : "paged", " layers");
+        OSPREY_CHECK(r.src + r.n <= r.dst || r.dst + r.n <= r.src, "copy_kv: run ", i, " overlaps itself");
+    }
+}
+
+}  // namespace osprey::model
