@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Copies the CUDA binaries of a build folder (osprey, the GPU-labelled test executables and every
+# CUDA bench_* executable) into one
+# flat folder, to carry to a GPU machine that cannot build them itself (no GTest there) and run with
+# `scripts/gpu_suite.sh --bin DIR`. Strips debug sections so the folder stays small.
+#   scripts/stage_gpu_bin.sh [BUILD (default build)] [DEST (default .device/cuda/bin)]
+set -euo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:-$here/build}"
+dest="${2:-$here/.device/cuda/bin}"
+[[ -x "$build/osprey" ]] || { echo "stage_gpu_bin: no $build/osprey (build first)" >&2; exit 1; }
+rm -rf "$dest"
+mkdir -p "$dest"
+cp "$build/osprey" "$dest/"
+# The executables of the tests labelled gpu, as ctest knows them.
+ctest --test-dir "$build" -L gpu -N -V 2>/dev/null | sed -n 's/.*Test command: \([^ ]*\).*/\1/p' | sort -u |
+    while read -r exe; do cp "$exe" "$dest/"; done
+find "$build/bench" -maxdepth 1 -type f -perm -u+x -name 'bench_*' ! -name 'bench_tokenizer' -exec cp {} "$dest/" \;
+strip --strip-debug "$dest"/* 2>/dev/null || true
+du -sh "$dest"
