@@ -154,7 +154,9 @@ int run_bench_forward(const std::vector<std::string>& argv) {
                 m.load_stats().seconds, m.load_stats().gb_per_s());
 
     const int page_size = 32;
-    const int longest = std::max(*std::max_element(prefills.begin(), prefills.end()), prompt + decode);
+    // A decode run writes the prompt, then one position per step after the first token: prompt + decode + 1
+    // positions at most (the warm-up step included).
+    const int longest = std::max(*std::max_element(prefills.begin(), prefills.end()), prompt + decode + 1);
     const int pages_per_seq = (longest + page_size - 1) / page_size;
     const int n_pages = pages_per_seq * std::max(batch, 1);
     const model::KvLayout layout = model::kv_layout_for(m, page_size, n_pages, std::max(batch, 1));
