@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "core/check.h"
+#include "kernel_trace.h"
 #include "model/cuda/gpt_oss_cuda.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
@@ -22,6 +22,7 @@ namespace {
 constexpr const char* kHelp =
     "usage: bench_forward --model DIR [--make-preset tiny|20b|120b] [--prefill 1024,8192,32768]\n"
     "                     [--prompt 1024] [--decode 256] [--chunk 8192] [--batch 1] [--no-graphs] [--profile]\n"
+    "                     [--trace]\n"
     "\n"
     "With --make-preset, first writes a synthetic checkpoint of that preset into DIR (seed 0).\n"
     "Loads DIR onto the GPU and reports: load time and GB/s; for each --prefill length, the latency\n"
@@ -29,7 +30,11 @@ constexpr const char* kHelp =
     "logits; then --batch sequences each with a --prompt token prompt followed by --decode greedy\n"
     "steps (decode tokens/s per sequence and in total), with CUDA graphs unless --no-graphs.\n"
     "--profile then times every step of 32 decode steps and of one --prompt-token prefill with CUDA\n"
-    "events (eager launches) and prints GPU time per step kind.\n";
+    "events (eager launches) and prints GPU time per step kind.\n"
+    "--trace records 32 decode steps as they run (CUDA graphs included) with CUPTI and prints each\n"
+    "kernel's GPU time per step, the step's span and the time the GPU was idle inside it.\n";
+
+constexpr int kExtraSteps = 32;  // decode steps of --profile and of --trace each
 
 void print_profile(const osprey::model::CudaRunner& m, const char* what, int forwards) {
     double total = 0;
@@ -119,7 +124,7 @@ int32_t prefill(osprey::model::CudaRunner& m, Seq& s, const std::vector<int32_t>
 int run_bench_forward(const std::vector<std::string>& argv) {
     using namespace osprey;
     const Flags args(argv, {"model", "make-preset", "prefill", "prompt", "decode", "chunk", "batch"},
-                         {"help", "no-graphs", "profile"});
+                         {"help", "no-graphs", "profile", "trace"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
         return 0;
@@ -156,7 +161,8 @@ int run_bench_forward(const std::vector<std::string>& argv) {
     const int page_size = 32;
     // A decode run writes the prompt, then one position per step after the first token: prompt + decode + 1
     // positions at most (the warm-up step included).
-    const int longest = std::max(*std::max_element(prefills.begin(), prefills.end()), prompt + decode + 1);
+    const int extra = (args.has("profile") ? kExtraSteps : 0) + (args.has("trace") ? kExtraSteps : 0);
+    const int longest = std::max(*std::max_element(prefills.begin(), prefills.end()), prompt + decode + 1 + extra);
     const int pages_per_seq = (longest + page_size - 1) / page_size;
     const int n_pages = pages_per_seq * std::max(batch, 1);
     const model::KvLayout layout = model::kv_layout_for(m, page_size, n_pages, std::max(batch, 1));
@@ -223,10 +229,26 @@ int run_bench_forward(const std::vector<std::string>& argv) {
                 "%.1f tokens/s total, %.3f ms per step (graphs %s, %d captured)\n",
                 batch, prompt, steps, sec, steps / sec, steps * batch / sec, 1e3 * sec / std::max(steps, 1),
                 args.has("no-graphs") ? "off" : "on", m.graphs_captured());
+    if (args.has("trace")) {
+        bench::KernelTrace trace;
+        trace.start();
+        const auto t_trace = Clock::now();
+        for (int i = 0; i < kExtraSteps; ++i) decode_step();
+        const double wall_us = 1e6 * seconds_since(t_trace) / kExtraSteps;
+        const bench::KernelTraceSummary s = bench::summarize_trace(trace.stop(), kExtraSteps);
+        std::printf("trace of %d decode steps (batch %d, graphs %s): %.1f us wall per step (host included), GPU "
+                    "span %.1f us, busy %.1f us (%.1f%% of the span), %.0f kernels per step\n",
+                    kExtraSteps, batch, args.has("no-graphs") ? "off" : "on", wall_us, s.span_us_per_step,
+                    s.busy_us_per_step, 100.0 * s.busy_us_per_step / std::max(s.span_us_per_step, 1e-9),
+                    s.kernels_per_step);
+        for (const bench::KernelTraceRow& r : s.rows)
+            std::printf("  %-48s %6.1f calls %9.1f us per step %6.1f%%\n", r.name.c_str(), r.calls_per_step,
+                        r.us_per_step, 100.0 * r.us_per_step / std::max(s.busy_us_per_step, 1e-9));
+    }
     if (args.has("profile")) {
         m.set_profile(true);
-        for (int i = 0; i < 32; ++i) decode_step();
-        print_profile(m, "decode steps", 32);
+        for (int i = 0; i < kExtraSteps; ++i) decode_step();
+        print_profile(m, "decode steps", kExtraSteps);
         m.set_profile(true);
         Seq s = fresh_seq(0);
         prefill(m, s, random_tokens(std::min(prompt, chunk)), chunk);

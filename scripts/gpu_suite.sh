@@ -66,6 +66,7 @@ if [[ -z "$bin" ]]; then
   bin_of() { find "$build" -type f -name "$1" -perm -u+x | head -1; }
 else
   bin_of() { [[ -x "$bin/$1" ]] && echo "$bin/$1"; }
+  export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # libraries staged beside the binaries (CUPTI)
 fi
 
 if [[ $skip_tests -eq 0 ]]; then

@@ -17,4 +17,10 @@ ctest --test-dir "$build" -L gpu -N -V 2>/dev/null | sed -n 's/.*Test command: \
     while read -r exe; do cp "$exe" "$dest/"; done
 find "$build/bench" -maxdepth 1 -type f -perm -u+x -name 'bench_*' ! -name 'bench_tokenizer' -exec cp {} "$dest/" \;
 strip --strip-debug "$dest"/* 2>/dev/null || true
+# bench_forward --trace needs CUPTI; the GPU machine may not have this toolkit's copy on its library path
+# (gpu_suite.sh --bin adds DIR to LD_LIBRARY_PATH).
+if [[ -x "$dest/bench_forward" ]]; then
+    cupti="$(ldd "$dest/bench_forward" | awk '/libcupti/ {print $3}')"
+    [[ -n "$cupti" && -f "$cupti" ]] && cp -L "$cupti" "$dest/"
+fi
 du -sh "$dest"
