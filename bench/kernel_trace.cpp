@@ -38,6 +38,7 @@ std::string short_name(const char* mangled) {
     std::string s = status == 0 && d ? d : mangled;
     std::free(d);
     // "void osprey::cuda::(anonymous namespace)::gemv_kernel<1, true>(...)" -> "gemv_kernel<1, true>"
+    for (size_t at; (at = s.find("(anonymous namespace)")) != std::string::npos;) s.erase(at, 21);
     if (const size_t paren = s.find('('); paren != std::string::npos) s.resize(paren);
     size_t depth = 0, cut = 0;
     for (size_t i = 0; i < s.size(); ++i) {
