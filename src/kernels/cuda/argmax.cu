@@ -1,4 +1,5 @@
 #include "kernels/cuda/argmax.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <climits>
 #include <cmath>
@@ -33,6 +34,7 @@ __device__ inline void block_argmax(float& best, int& best_i) {
 }
 
 __global__ void __launch_bounds__(kThreads) argmax_chunks_kernel(const ArgmaxArgs a, int ld, int chunk) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int r = blockIdx.y;
     const int begin = blockIdx.x * chunk, end = min(a.n_cols, begin + chunk);
     const float* row = a.logits + size_t(r) * ld;
@@ -47,6 +49,7 @@ __global__ void __launch_bounds__(kThreads) argmax_chunks_kernel(const ArgmaxArg
 }
 
 __global__ void argmax_final_kernel(const ArgmaxArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int r = blockIdx.x;
     if (threadIdx.x != 0) return;
     float best = -INFINITY;
@@ -65,9 +68,9 @@ void argmax(const ArgmaxArgs& a, cudaStream_t stream) {
     const int ld = a.ld ? a.ld : a.n_cols;
     OSPREY_CHECK(ld >= a.n_cols, "argmax: row stride ", ld, " < ", a.n_cols);
     const int chunk = (a.n_cols + kArgmaxChunks - 1) / kArgmaxChunks;
-    argmax_chunks_kernel<<<dim3(kArgmaxChunks, a.n_rows), kThreads, 0, stream>>>(a, ld, chunk);
+    cuda::launch(argmax_chunks_kernel, dim3(kArgmaxChunks, a.n_rows), kThreads, 0, stream, a, ld, chunk);
     CUDA_CHECK(cudaGetLastError());
-    argmax_final_kernel<<<a.n_rows, 32, 0, stream>>>(a);
+    cuda::launch(argmax_final_kernel, a.n_rows, 32, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }
 

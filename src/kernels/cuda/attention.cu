@@ -1,4 +1,5 @@
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -105,6 +106,7 @@ static_assert(decode_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD +
 // shared memory, then normalised with the sink (partial < 0) or written as a partial for the merge
 // kernel. Memory-bound: the CTA keeps 32 KB of K/V in flight.
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnArgs a, const AttnItem* items) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kTile][kStride]
     __nv_bfloat16* v_s = k_s + kStages * kTile * kStride;
@@ -259,6 +261,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
 // One CTA = one split decode token x one KV head; warp h merges query head g * kGroup + h.
 __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel(const AttnArgs a,
                                                                                 const AttnMerge* merges) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const AttnMerge mg = merges[blockIdx.x];
     const int g = blockIdx.y;
     const int h = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -284,7 +287,7 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
 
 void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
     if (n_items == 0) return;
-    attention_decode_kernel<<<dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream>>>(a, items);
+    cuda::launch(attention_decode_kernel, dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream, a, items);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -315,7 +318,7 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     launch_decode(a, plan.decode, plan.n_decode, stream);
     attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // tensor cores (attention_prefill.cu)
     if (plan.n_merges > 0) {
-        attention_merge_kernel<<<dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream>>>(a, plan.merges);
+        cuda::launch(attention_merge_kernel, dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream, a, plan.merges);
         CUDA_CHECK(cudaGetLastError());
     }
 }

@@ -1,4 +1,5 @@
 #include "kernels/cuda/attention_prefill.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -23,6 +24,7 @@ static_assert(kRows == 4 * 16 && kD == 64 && kTile == 64);
 // Row r of the CTA is query token r / 8 (of the item) and head g * 8 + r % 8. Warp w owns rows
 // [16w, 16w + 16) = tokens 2w (fragment rows 0-7) and 2w + 1 (rows 8-15), all 8 heads each.
 __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const AttnArgs a, const AttnItem* items) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     __shared__ alignas(16) __nv_bfloat16 q_s[kRows * kStride];
     __shared__ alignas(16) __nv_bfloat16 k_s[kTile * kStride];
     __shared__ alignas(16) __nv_bfloat16 v_s[kTile * kStride];
@@ -180,7 +182,7 @@ void attention_prefill(const AttnArgs& a, const AttnItem* items, int n_items, cu
     if (n_items == 0) return;
     OSPREY_CHECK(a.n_q_heads == a.n_kv_heads * kAttnGroup && a.head_dim == kAttnHeadDim,
                  "attention_prefill: compiled for head_dim ", kAttnHeadDim, " and a group of ", kAttnGroup);
-    attention_prefill_kernel<<<dim3(n_items, a.n_kv_heads), kThreads, 0, stream>>>(a, items);
+    cuda::launch(attention_prefill_kernel, dim3(n_items, a.n_kv_heads), kThreads, 0, stream, a, items);
     CUDA_CHECK(cudaGetLastError());
 }
 

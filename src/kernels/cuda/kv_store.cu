@@ -1,4 +1,5 @@
 #include "kernels/cuda/kv_store.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <algorithm>
 
@@ -30,6 +31,7 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads) kv_store_kernel(const KvStoreArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const KvStoreRow d = a.dst[blockIdx.x];
     const int width = a.n_kv_heads * a.head_dim;  // elements of K (and of V) per token
     const bf16* k_src = a.qkv + size_t(d.token) * a.ld_qkv + a.n_q_heads * a.head_dim;
@@ -53,7 +55,7 @@ void kv_store(const KvStoreArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.ld_qkv % 8 == 0 && a.ld_qkv >= (a.n_q_heads + 2 * a.n_kv_heads) * a.head_dim,
                  "kv_store: qkv row stride ", a.ld_qkv);
     OSPREY_CHECK(a.qkv && a.k_cache && a.v_cache && a.dst, "kv_store: null pointer");
-    kv_store_kernel<<<a.n, kThreads, 0, stream>>>(a);
+    cuda::launch(kv_store_kernel, a.n, kThreads, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }
 

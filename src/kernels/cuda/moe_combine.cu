@@ -1,5 +1,6 @@
 // Weighted combine of the top-4 expert outputs: one thread per 4 channels of one token.
 #include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/runtime.h"
@@ -11,6 +12,7 @@ constexpr int kThreads = 256;
 
 template <int kTopK, bool kAccumulate>
 __global__ void __launch_bounds__(kThreads) moe_combine_kernel(const MoeCombineArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int n_vec = a.d_model / 4;
     const int t = blockIdx.x;
     const int c = blockIdx.y * kThreads + threadIdx.x;
@@ -43,7 +45,7 @@ void moe_combine(const MoeCombineArgs& a, cudaStream_t stream) {
     const dim3 grid(a.n_tokens, (a.d_model / 4 + kThreads - 1) / kThreads);
     dispatch_int<4>("moe_combine top_k", a.top_k, [&]<int kTopK>() {
         dispatch_bool(a.mode == MoeCombineMode::accumulate, [&]<bool kAccumulate>() {
-            moe_combine_kernel<kTopK, kAccumulate><<<grid, kThreads, 0, stream>>>(a);
+            cuda::launch(moe_combine_kernel<kTopK, kAccumulate>, grid, kThreads, 0, stream, a);
         });
     });
     CUDA_CHECK(cudaGetLastError());

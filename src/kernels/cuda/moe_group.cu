@@ -2,6 +2,7 @@
 // rank among the rows of the same expert comes from warp match masks plus per-warp counts, so the
 // order is the row order and the result is deterministic (no atomics decide positions).
 #include "kernels/cuda/moe_group.h"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_route.h"
@@ -79,6 +80,7 @@ __device__ void exclusive_scan_experts(const int32_t* in, int32_t* out, int n_ex
 
 // Whole batch in one tile: count, scan and scatter in one launch (decode and small batches).
 __global__ void __launch_bounds__(kTile) group_one_tile_kernel(const MoeGroupArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     __shared__ TileCounts tc;
     __shared__ int32_t count[kMoeMaxExperts];
     __shared__ int32_t offset[kMoeMaxExperts + 1];
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(kTile) group_one_tile_kernel(const MoeGroupArg
 
 // Multi-tile pass 1: counts[tile, e].
 __global__ void __launch_bounds__(kTile) group_count_kernel(const MoeGroupArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     __shared__ TileCounts tc;
     const int n_rows = a.n_tokens * a.top_k;
     const int r = blockIdx.x * kTile + threadIdx.x;
@@ -106,6 +109,7 @@ __global__ void __launch_bounds__(kTile) group_count_kernel(const MoeGroupArgs a
 
 // Multi-tile pass 2 (one block): base[tile, e] = offset[e] + rows of e in earlier tiles.
 __global__ void __launch_bounds__(kTile) group_scan_kernel(const MoeGroupArgs a, int n_tiles) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     __shared__ int32_t total[kMoeMaxExperts];
     __shared__ int32_t offset[kMoeMaxExperts + 1];
     const int32_t* counts = a.scratch;                           // [n_tiles, n_experts]
@@ -128,6 +132,7 @@ __global__ void __launch_bounds__(kTile) group_scan_kernel(const MoeGroupArgs a,
 
 // Multi-tile pass 3: scatter each row to base[tile, e] + its rank in the tile.
 __global__ void __launch_bounds__(kTile) group_scatter_kernel(const MoeGroupArgs a, int n_tiles) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     __shared__ TileCounts tc;
     const int n_rows = a.n_tokens * a.top_k;
     const int r = blockIdx.x * kTile + threadIdx.x;
@@ -159,17 +164,17 @@ void moe_group_by_expert(const MoeGroupArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.sorted_rows && a.expert_ids, "moe_group_by_expert: null pointer");
     const int n_tiles = n_tiles_for(a.n_tokens, a.top_k);
     if (n_tiles == 1) {
-        group_one_tile_kernel<<<1, kTile, 0, stream>>>(a);
+        cuda::launch(group_one_tile_kernel, 1, kTile, 0, stream, a);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
     OSPREY_CHECK(a.scratch, "moe_group_by_expert: ", a.n_tokens, " tokens need scratch of ",
                  moe_group_scratch_elems(a.n_tokens, a.top_k, a.n_experts), " int32");
-    group_count_kernel<<<n_tiles, kTile, 0, stream>>>(a);
+    cuda::launch(group_count_kernel, n_tiles, kTile, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
-    group_scan_kernel<<<1, kTile, 0, stream>>>(a, n_tiles);
+    cuda::launch(group_scan_kernel, 1, kTile, 0, stream, a, n_tiles);
     CUDA_CHECK(cudaGetLastError());
-    group_scatter_kernel<<<n_tiles, kTile, 0, stream>>>(a, n_tiles);
+    cuda::launch(group_scatter_kernel, n_tiles, kTile, 0, stream, a, n_tiles);
     CUDA_CHECK(cudaGetLastError());
 }
 

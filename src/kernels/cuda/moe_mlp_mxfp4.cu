@@ -14,6 +14,7 @@
 // fragments with byte_perm; mlp1 writes u already in that order (moe_u_column), so mlp2 loads it
 // as is.
 #include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -173,6 +174,7 @@ __device__ inline float swiglu(float gate, float up, float alpha, float limit) {
 
 template <class Cfg, Proj kProj>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) moe_mlp_mxfp4_kernel(const KernelArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     extern __shared__ __align__(16) uint8_t smem[];  // [kStages][stage] then scales [kBM, n_groups]
     __shared__ int32_t s_rows[Cfg::kBN];  // mlp1: token of each tile row; mlp2: its routed row
 
@@ -406,7 +408,7 @@ void launch(const KernelArgs& a, int n_routed, cudaStream_t stream) {
     // Upper bound of the number of token tiles: Σ_e ceil(rows_e / kBN) <= rows / kBN + active experts.
     const int max_tiles = (n_routed + Cfg::kBN - 1) / Cfg::kBN + std::min(a.n_experts, n_routed);
     const dim3 grid(max_tiles, (a.n_out + Cfg::kBM - 1) / Cfg::kBM);
-    kernel<<<grid, Cfg::kThreads, smem, stream>>>(a);
+    cuda::launch(kernel, grid, Cfg::kThreads, smem, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // Top-4 routing: one warp per token, each lane holding n_experts / 32 logits in registers.
 #include "kernels/cuda/moe_route.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -23,6 +24,7 @@ __device__ inline bool ranks_before(float v, int e, float best_v, int best_e) {
 
 template <int kTopK>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) moe_route_topk_kernel(const MoeRouteArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int lane = threadIdx.x % kWarpSize;
     const int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
     if (t >= a.n_tokens) return;
@@ -92,7 +94,7 @@ void moe_route_topk(const MoeRouteArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.expert_ids && a.expert_weights && a.logits, "moe_route_topk: null pointer");
     const int blocks = (a.n_tokens + kWarpsPerBlock - 1) / kWarpsPerBlock;
     dispatch_int<4>("moe_route_topk top_k", a.top_k, [&]<int kTopK>() {
-        moe_route_topk_kernel<kTopK><<<blocks, kWarpsPerBlock * kWarpSize, 0, stream>>>(a);
+        cuda::launch(moe_route_topk_kernel<kTopK>, blocks, kWarpsPerBlock * kWarpSize, 0, stream, a);
     });
     CUDA_CHECK(cudaGetLastError());
 }

@@ -1,4 +1,5 @@
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/launch.cuh"
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/runtime.h"
@@ -10,6 +11,7 @@ constexpr int kThreads = 256;
 constexpr int kVecPerThread = kRmsNormMaxChannels / (4 * kThreads);  // float4 loads kept in registers
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int t = blockIdx.x;
     const int r = a.rows ? a.rows[t] : t;
     float4* x = reinterpret_cast<float4*>(a.x + size_t(r) * a.d);
@@ -52,7 +54,7 @@ void rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.n_tokens > 0 && a.d > 0 && a.d % 4 == 0 && a.d <= kRmsNormMaxChannels, "rmsnorm: d = ", a.d,
                  " must be a positive multiple of 4 up to ", kRmsNormMaxChannels, " (n_tokens ", a.n_tokens, ")");
     OSPREY_CHECK(a.y && a.x && a.gain, "rmsnorm: null pointer");
-    rmsnorm_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+    cuda::launch(rmsnorm_kernel, a.n_tokens, kThreads, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }
 

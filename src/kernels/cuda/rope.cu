@@ -1,4 +1,5 @@
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -11,6 +12,7 @@ constexpr int kThreads = 256;
 
 // One thread per (head, d) pair of one token (blockIdx.x).
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
+    pdl_enter();  // launch.cuh: before any early return or global access
     const int t = blockIdx.x;
     const int half = a.head_dim / 2;
     const int n_pairs = (a.n_q_heads + a.n_kv_heads) * half;
@@ -37,7 +39,7 @@ void rope(const RopeArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.ld >= (a.n_q_heads + a.n_kv_heads) * a.head_dim, "rope: row stride ", a.ld,
                  " shorter than the rotated heads");
     OSPREY_CHECK(a.qkv && a.positions && a.cos && a.sin, "rope: null pointer");
-    rope_kernel<<<a.n_tokens, kThreads, 0, stream>>>(a);
+    cuda::launch(rope_kernel, a.n_tokens, kThreads, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,5 +1,9 @@
 // Device queries of the runtime layer (the RAII types are header-only templates).
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/launch.cuh"
+
+#include <cstdlib>
+#include <string>
 
 namespace osprey::cuda {
 
@@ -25,6 +29,14 @@ std::string device_name() {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     return prop.name;
+}
+
+bool pdl_enabled() {
+    static const bool on = [] {
+        const char* env = std::getenv("OSPREY_PDL");
+        return !(env && std::string(env) == "0");
+    }();
+    return on;
 }
 
 int sm_count() {
