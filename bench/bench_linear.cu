@@ -1,50 +1,11 @@
-// cuBLASLt linears (kernels/cuda/linear.h) at gpt-oss's shapes: qkv [5120, 2880], out [2880, 4096]
-// (+ residual), router [32|128, 2880], unembedding [201088, 2880] to f32; decode (1, 8, 64 tokens)
-// and prefill (1024, 8192). Weights rotate over copies totalling > 4x the L2, so decode numbers are
-// HBM-bound figures, not cache hits.
-#include <cstdio>
-#include <string>
+// Dense linears (kernels/cuda/linear.h: cuBLASLt and our GEMV) in perf mode over the linear table
+// (tests/kernels/cases/linear_cases.h, the cases test_linear checks): qkv, out (+ residual), router,
+// unembedding at decode and prefill token counts, weights rotated beyond the L2. Flags: bench/kernel_bench.h.
+#include "bench/kernel_bench.h"
+#include "kernels/cases/linear_cases.h"
 
-#include "bench/cuda_bench_util.h"
-#include "kernels/cuda/linear.h"
-
-using namespace osprey;
-
-int main() {
-    struct Shape {
-        const char* name;
-        int n, k;
-        bool f32, acc, bias;
-    };
-    const Shape shapes[] = {{"qkv", 5120, 2880, false, false, true},  {"out+resid", 2880, 4096, true, true, true},
-                            {"router20b", 32, 2880, true, false, true}, {"router120b", 128, 2880, true, false, true},
-                            {"unembed", 201088, 2880, true, false, false}};
-    cuda::Blas blas;
-    for (const Shape& s : shapes) {
-        const size_t w_elems = size_t(s.n) * s.k;
-        const int copies = std::max<int>(1, int((size_t(256) << 20) / (w_elems * 2)) + 1);
-        cuda::DeviceBuffer<bf16> w(w_elems * copies), x(size_t(8192) * s.k);
-        cuda::DeviceBuffer<float> b(s.n);  // bias type follows the output type (bf16 uses its first half)
-        w.fill_bytes(0x3c), x.fill_bytes(0x3c), b.fill_bytes(0);
-        for (int t : {1, 2, 4, 8, 64, 1024, 8192}) {
-            if (s.n == 201088 && t > 64) continue;  // logits are only computed for the last tokens
-            cuda::DeviceBuffer<uint8_t> y(size_t(t) * s.n * (s.f32 ? 4 : 2));
-            y.fill_bytes(0);
-            for (const cuda::LinearPath path : {cuda::LinearPath::blas, cuda::LinearPath::gemv}) {
-                if (path == cuda::LinearPath::gemv && t > cuda::kGemvMaxTokens) continue;
-                const double us = bench::time_us([&](int i) {
-                    blas.linear({.y = y.get(), .x = x.get(), .w = w.get() + (i % copies) * w_elems,
-                                 .bias = s.bias ? b.get() : nullptr, .n_tokens = t, .n_out = s.n, .n_in = s.k,
-                                 .y_f32 = s.f32, .accumulate = s.acc, .path = path},
-                                nullptr);
-                });
-                const double bytes =
-                    2.0 * w_elems + 2.0 * t * s.k + double(t) * s.n * (s.f32 ? 4 : 2) * (s.acc ? 2 : 1);
-                const std::string what = std::string("linear ") + s.name + " T=" + std::to_string(t) +
-                                         (path == cuda::LinearPath::gemv ? " gemv" : " cublasLt");
-                bench::report(what.c_str(), us, bytes, 2.0 * t * double(w_elems));
-            }
-        }
-    }
-    return 0;
+int main(int argc, char** argv) {
+    using namespace osprey;
+    namespace t = cases::linear;
+    return bench::main(argc, argv, "bench_linear", {{"linear", cases::entries(t::cases(), t::run)}});
 }

@@ -14,6 +14,9 @@
 #                 tried only if the previous one succeeded; its checkpoint is deleted after its run
 #                 (64 GB disks: 20b takes 13 GB, 120b 61 GB).
 #   --model-dir   where the synthetic checkpoints are written (default /tmp/osprey-models)
+#
+# Environment: OSPREY_BENCH_FORWARD_ARGS (extra bench_forward flags), OSPREY_KERNEL_BENCH_ARGS (extra
+# flags for every kernel benchmark, bench/kernel_bench.h: --filter, --iters, --hbm-gbps ...).
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,7 +37,7 @@ while [[ $# -gt 0 ]]; do
     --skip-tests) skip_tests=1; shift ;;
     --skip-benches) skip_benches=1; shift ;;
     --skip-sanitizer) skip_sanitizer=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu_suite: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,9 +93,16 @@ if [[ $skip_tests -eq 0 ]]; then
 fi
 
 if [[ $skip_benches -eq 0 ]]; then
-  for b in bench_linear bench_attention bench_moe bench_moe_mlp bench_sampling; do
+  # The kernel benchmarks run the case tables of tests/kernels/cases/ in perf mode (docs/gpu.md);
+  # OSPREY_KERNEL_BENCH_ARGS (e.g. "--iters 20") is passed to each, and each writes its figures as JSON.
+  # shellcheck disable=SC2086
+  for b in bench_linear bench_attention bench_moe bench_sampling bench_rmsnorm bench_rope; do
     exe="$(bin_of $b)"
-    [[ -n "$exe" ]] && run "$b" "$exe"
+    if [[ -n "$exe" ]]; then
+      run "$b" "$exe" --json "$out/$b.json" ${OSPREY_KERNEL_BENCH_ARGS:-}
+    else
+      note "SKIP $b (not built)"
+    fi
   done
   fwd_bench="$(bin_of bench_forward)"
   for preset in $models; do

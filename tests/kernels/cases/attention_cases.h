@@ -1,0 +1,341 @@
+// Sink attention over the paged KV cache (kernels/cuda/attention.h) and the K/V store that follows it
+// (kernels/cuda/kv_store.h): one table of ragged batches for the test (tests/kernels/test_attention_cuda.cu,
+// against kernels/cpu/attention.h) and the benchmark (bench/bench_attention.cu).
+//
+// A case is a list of sequences, each a slice of n_tokens query tokens at positions start_pos.. whose
+// keys [0, start_pos) are in the cache: decode tokens (one token) with short and long contexts (one
+// KV split, several), prefill chunks from an empty cache and continuing a cached prefix, mixed in one
+// call; full layers (pages of page_size rows, shuffled ids) and sliding layers (a 128-row ring per
+// sequence, including the window boundary at positions 127, 128, 129 and chunks longer than the ring).
+// Always gpt-oss's heads: 64 query / 8 KV heads of dim 64 (the only ones compiled).
+//
+// Check: the attention output against the CPU reference, then the step's K/V stored and every cache
+// element compared (written rows and, as important, untouched ones). Perf: attention alone; bytes are
+// the K/V rows the longest token of each sequence reads, FLOPs 4 · heads · head_dim per (query, key).
+// Cases whose CPU reference would exceed ~5e10 of those FLOPs or 2^28 cache elements are perf-only
+// (their classes are checked smaller: long prefill at 1024 tokens, batch 64 at 1k contexts).
+#pragma once
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cases/harness.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_store.h"
+
+namespace osprey::cases::attention {
+
+inline constexpr int kD = 64;                      // head_dim
+inline constexpr int kNkv = 8;                     // KV heads
+inline constexpr int kNq = kNkv * cuda::kAttnGroup;  // 64 query heads
+inline constexpr int kLd = (kNq + 2 * kNkv) * kD;  // qkv row: q heads, k heads, v heads
+
+struct Seq {
+    int start_pos = 0;
+    int n_tokens = 1;
+    int first_key = 0;  // ring layers: first position present (a prefix-cache replay's start)
+};
+
+struct Case {
+    std::string name;       // gtest name; empty: identifier(label)
+    std::string label;      // bench label
+    Use use = Use::both;
+    int page_size = 16;     // rows per page of a full layer
+    int window = 0;         // 0: full layer with pages; else a ring of `window` rows per sequence
+    float q_scale = 1.0f;   // queries scaled (sharper softmax)
+    bool shuffle_pages = true;  // page ids in random order (false: in position order, as a fresh cache)
+    std::vector<Seq> seqs;
+};
+
+// Keys a query at `pos` of `s` attends to, under the case's window.
+inline int keys_of(const Case& c, const Seq& s, int pos) {
+    const int lo = std::max(s.first_key, c.window ? pos - c.window + 1 : 0);
+    return pos + 1 - lo;
+}
+// The bench's bytes (K and V rows of each sequence's longest token, bf16) and FLOPs (QK and PV).
+inline double bytes_of(const Case& c) {
+    double b = 0;
+    for (const Seq& s : c.seqs) {
+        int keys = 0;
+        for (int t = 0; t < s.n_tokens; ++t) keys = std::max(keys, keys_of(c, s, s.start_pos + t));
+        b += double(keys) * kNkv * kD * 2 * 2;
+    }
+    return b;
+}
+inline double flops_of(const Case& c) {
+    double pairs = 0;
+    for (const Seq& s : c.seqs)
+        for (int t = 0; t < s.n_tokens; ++t) pairs += keys_of(c, s, s.start_pos + t);
+    return pairs * kNq * kD * 4;
+}
+inline double cache_elems_of(const Case& c) {
+    const int rows = c.window ? c.window : c.page_size;
+    double blocks = c.window ? double(c.seqs.size() + 1) : 0.0;
+    if (!c.window)
+        for (const Seq& s : c.seqs) blocks += (s.start_pos + s.n_tokens + rows - 1) / rows;
+    return blocks * kNkv * rows * kD;
+}
+
+inline Result run(const Case& c, Mode mode) {
+    Result r;
+    r.seed = case_seed(mode);
+    std::mt19937 rng(r.seed);
+    const bool ring = c.window > 0;
+    const int rows = ring ? c.window : c.page_size;
+    const int n_seqs = int(c.seqs.size());
+    int n_tokens = 0;
+    for (const Seq& s : c.seqs) n_tokens += s.n_tokens;
+
+    // Pages: every sequence gets pages for [0, start_pos + n_tokens), ids shuffled globally.
+    std::vector<std::vector<int32_t>> pages(n_seqs);
+    int n_pages = 0;
+    for (int i = 0; i < n_seqs; ++i) {
+        const int need = (c.seqs[i].start_pos + c.seqs[i].n_tokens + rows - 1) / rows;
+        for (int p = 0; p < need; ++p) pages[i].push_back(n_pages++);
+    }
+    std::vector<int32_t> perm(std::max(1, n_pages));
+    std::iota(perm.begin(), perm.end(), 0);
+    if (c.shuffle_pages) std::shuffle(perm.begin(), perm.end(), rng);
+    for (auto& pt : pages)
+        for (int32_t& p : pt) p = perm[p];
+    const int n_blocks = ring ? n_seqs + 1 : std::max(1, n_pages);
+
+    // Cache (random everywhere: rows never written by a position are garbage, never read), queries,
+    // keys and values of this step, sinks.
+    const size_t cache_elems = size_t(n_blocks) * kNkv * rows * kD;
+    auto d_k = device_uniform<bf16>(cache_elems, stream_seed(r.seed, 1), -1.f, 1.f);
+    auto d_v = device_uniform<bf16>(cache_elems, stream_seed(r.seed, 2), -1.f, 1.f);
+    auto d_qkv = device_uniform<bf16>(size_t(n_tokens) * kLd, stream_seed(r.seed, 3), -1.f, 1.f);
+    auto d_sinks = device_uniform<bf16>(kNq, stream_seed(r.seed, 4), -2.f, 2.f);
+    if (c.q_scale != 1.0f) {
+        std::vector<bf16> qkv = d_qkv.download(size_t(n_tokens) * kLd);
+        for (int t = 0; t < n_tokens; ++t)
+            for (int i = 0; i < kNq * kD; ++i) {
+                bf16& q = qkv[size_t(t) * kLd + i];
+                q = float_to_bf16(bf16_to_float(q) * c.q_scale);
+            }
+        d_qkv.upload(qkv);
+    }
+
+    // Ring slots: sequence i uses slot n_blocks - 1 - i (not its index, to catch mix-ups).
+    std::vector<cuda::AttnSlice> slices;
+    std::vector<int32_t> page_table;
+    int first = 0;
+    for (int i = 0; i < n_seqs; ++i) {
+        const Seq& s = c.seqs[i];
+        slices.push_back({first, s.n_tokens, s.start_pos, int32_t(n_blocks - 1 - i), int32_t(page_table.size()),
+                          ring ? s.first_key : 0});
+        page_table.insert(page_table.end(), pages[i].begin(), pages[i].end());
+        first += s.n_tokens;
+    }
+
+    const cuda::AttnPlan plan = cuda::plan_attention(slices, c.window, kNkv, 2 * cuda::sm_count());
+    auto d_pt = to_device(page_table);
+    auto d_out = poisoned<bf16>(size_t(n_tokens) * kNq * kD);
+    auto d_dec = to_device(plan.decode);
+    auto d_pre = to_device(plan.prefill);
+    auto d_mg = to_device(plan.merges);
+    const size_t n_part = std::max(1, plan.n_partials);
+    auto d_pacc = poisoned<float>(n_part * kNkv * cuda::kAttnGroup * kD);
+    auto d_pml = poisoned<float2>(n_part * kNkv * cuda::kAttnGroup);
+    const cuda::AttnArgs a{.out = d_out.get(), .ld_out = kNq * kD, .qkv = d_qkv.get(), .ld_qkv = kLd,
+                           .k_cache = d_k.get(), .v_cache = d_v.get(), .rows = rows, .ring = ring,
+                           .window = c.window, .page_table = d_pt.get(), .sinks = d_sinks.get(), .n_q_heads = kNq,
+                           .n_kv_heads = kNkv, .head_dim = kD, .partial_acc = d_pacc.get(),
+                           .partial_ml = d_pml.get()};
+    const cuda::AttnDevicePlan dp{.decode = d_dec.get(), .n_decode = int(plan.decode.size()),
+                                  .prefill = d_pre.get(), .n_prefill = int(plan.prefill.size()),
+                                  .merges = d_mg.get(), .n_merges = int(plan.merges.size())};
+
+    if (mode == Mode::perf) {
+        const double us = time_us([&](int) { cuda::attention(a, dp, nullptr); }, iters_or(50));
+        r.timings.push_back({c.label, us, bytes_of(c), flops_of(c)});
+        return r;
+    }
+
+    cuda::attention(a, dp, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (!plan.merges.empty())
+        r.note("(", plan.merges.size(), " decode tokens split into ", plan.n_partials, " partials)");
+
+    // CPU reference: the cache in its layout [blocks, rows, n_kv * head_dim] f32.
+    const std::vector<bf16> k_cache = d_k.download(cache_elems), v_cache = d_v.download(cache_elems);
+    const std::vector<bf16> qkv = d_qkv.download(size_t(n_tokens) * kLd);
+    const std::vector<float> qkv_f = to_float(qkv), sinks_f = to_float(d_sinks.download(kNq));
+    std::vector<float> ck(cache_elems), cv(cache_elems);
+    for (int b = 0; b < n_blocks; ++b)
+        for (int g = 0; g < kNkv; ++g)
+            for (int row = 0; row < rows; ++row)
+                for (int d = 0; d < kD; ++d) {
+                    const size_t mine = ((size_t(b) * kNkv + g) * rows + row) * kD + d;
+                    const size_t theirs = (size_t(b) * rows + row) * kNkv * kD + g * kD + d;
+                    ck[theirs] = bf16_to_float(k_cache[mine]);
+                    cv[theirs] = bf16_to_float(v_cache[mine]);
+                }
+    std::vector<double> want(size_t(n_tokens) * kNq * kD);
+    for (int i = 0; i < n_seqs; ++i) {
+        const cuda::AttnSlice& s = slices[i];
+        std::vector<float> q(size_t(s.n_tokens) * kNq * kD), out(q.size());
+        std::vector<int32_t> pos(s.n_tokens);
+        for (int t = 0; t < s.n_tokens; ++t) {
+            pos[t] = s.start_pos + t;
+            for (int j = 0; j < kNq * kD; ++j) q[size_t(t) * kNq * kD + j] = qkv_f[size_t(s.first_token + t) * kLd + j];
+        }
+        const int32_t slot = s.window_slot;
+        cpu::AttentionArgs ra;
+        ra.out = out;
+        ra.q = q;
+        ra.positions = pos;
+        ra.sinks = sinks_f;
+        ra.kv.cache_k = ck.data();
+        ra.kv.cache_v = cv.data();
+        ra.kv.blocks = ring ? std::span<const int32_t>(&slot, 1) : std::span<const int32_t>(pages[i]);
+        ra.kv.block_rows = rows;
+        ra.kv.ring = ring;
+        ra.kv.n_cached = s.start_pos;
+        ra.kv.first_cached = s.first_key;
+        ra.kv.fresh_k = qkv_f.data() + size_t(s.first_token) * kLd + kNq * kD;
+        ra.kv.fresh_v = qkv_f.data() + size_t(s.first_token) * kLd + (kNq + kNkv) * kD;
+        ra.kv.fresh_stride = kLd;
+        ra.kv.n_fresh = s.n_tokens;
+        ra.n_heads = kNq;
+        ra.n_kv_heads = kNkv;
+        ra.head_dim = kD;
+        ra.window = c.window;
+        ra.scale = 0.125f;
+        cpu::attention_sinks(ra);
+        for (size_t j = 0; j < out.size(); ++j) want[size_t(s.first_token) * kNq * kD + j] = out[j];
+    }
+    // Outputs are combinations Σ w_j v_j of values |v| <= 1 with weights summing to < 1. Prefill and
+    // decode rows both run on tensor cores with the weights rounded to bf16 before P·V (2^-9 relative
+    // each), so |error| <= 2^-9 · Σ w_j |v_j| < 2^-9 absolute; then the output is rounded to bf16
+    // (2^-9 relative): 2^-9 + 1e-4 absolute, 1/256 relative.
+    expect_close(r, to_float(d_out.download(size_t(n_tokens) * kNq * kD)), want, 1.0 / 512 + 1e-4, 1.0 / 256,
+                 "attention");
+
+    // Store this step's K/V and check every cache element (written rows, and that skipped rows kept
+    // their data). Paged layers skip the first token of each slice (as if already cached).
+    std::vector<cuda::KvStoreSlice> st;
+    for (int i = 0; i < n_seqs; ++i)
+        st.push_back({slices[i].first_token, slices[i].n_tokens, slices[i].start_pos, /*n_skip=*/1,
+                      slices[i].window_slot, pages[i]});
+    const std::vector<cuda::KvStoreRow> dst = cuda::plan_kv_store(st, ring, rows);
+    auto d_dst = to_device(dst);
+    cuda::kv_store({.qkv = d_qkv.get(), .ld_qkv = kLd, .n_q_heads = kNq, .n_kv_heads = kNkv, .head_dim = kD,
+                    .k_cache = d_k.get(), .v_cache = d_v.get(), .rows = rows, .dst = d_dst.get(), .n = int(dst.size())},
+                   nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<bf16> want_k = k_cache, want_v = v_cache;
+    for (int i = 0; i < n_seqs; ++i) {
+        const cuda::AttnSlice& s = slices[i];
+        const int from = ring ? std::max(0, s.n_tokens - rows) : 1;
+        for (int t = from; t < s.n_tokens; ++t) {
+            const int p = s.start_pos + t;
+            const int b = ring ? s.window_slot : pages[i][p / rows];
+            for (int g = 0; g < kNkv; ++g)
+                for (int d = 0; d < kD; ++d) {
+                    const size_t off = ((size_t(b) * kNkv + g) * rows + p % rows) * kD + d;
+                    want_k[off] = qkv[size_t(s.first_token + t) * kLd + (kNq + g) * kD + d];
+                    want_v[off] = qkv[size_t(s.first_token + t) * kLd + (kNq + kNkv + g) * kD + d];
+                }
+        }
+    }
+    const std::vector<bf16> got_k = d_k.download(cache_elems), got_v = d_v.download(cache_elems);
+    size_t bad = 0;
+    for (size_t i = 0; i < cache_elems; ++i) bad += got_k[i].bits != want_k[i].bits || got_v[i].bits != want_v[i].bits;
+    if (bad) r.fail("kv_store: ", bad, " cache elements differ from the expected cache");
+    return r;
+}
+
+// gpt-oss decode: `batch` sequences of `ctx` cached tokens, one new token each, pages of 32 in
+// position order (a fresh cache), as the bench measured them before the tables.
+inline Case decode(int batch, int ctx, int window = 0, int page_size = 32) {
+    Case c;
+    c.label = str("attn decode B=", batch, " ctx=", ctx, " new=1", window ? " win" : "",
+                  page_size != 32 ? str(" ps=", page_size) : std::string());
+    c.page_size = page_size;
+    c.window = window;
+    c.shuffle_pages = false;
+    for (int i = 0; i < batch; ++i) c.seqs.push_back({ctx, 1, window ? std::max(0, ctx - window + 1) : 0});
+    return c;
+}
+// A prefill chunk of n_new tokens after ctx cached ones (one sequence).
+inline Case prefill(int ctx, int n_new, int window = 0) {
+    Case c;
+    c.label = str("attn prefill B=1 ctx=", ctx, " new=", n_new, window ? " win" : "");
+    c.page_size = 32;
+    c.window = window;
+    c.shuffle_pages = false;
+    c.seqs.push_back({ctx, n_new, window ? std::max(0, ctx - window + 1) : 0});
+    return c;
+}
+
+inline std::vector<Case> cases() {
+    std::vector<Case> t;
+    auto edge = [&](const char* name, Case c) {
+        c.name = name;
+        c.label = str("attn ", name);
+        c.use = Use::check_only;
+        t.push_back(std::move(c));
+    };
+    // Tile edges and ragged batches (pages of 16, shuffled).
+    edge("decode_first_token", {.seqs = {{0, 1}}});
+    edge("decode_one_tile", {.seqs = {{63, 1}}});
+    edge("decode_long_context_split", {.seqs = {{5000, 1}}});
+    edge("decode_batch_mixed_lengths", {.seqs = {{0, 1}, {100, 1}, {1000, 1}, {4097, 1}, {31, 1}}});
+    edge("prefill_from_empty_less_than_one_item", {.seqs = {{0, 5}}});
+    edge("prefill_from_empty_remainder", {.seqs = {{0, 300}}});
+    edge("prefill_continues_cached_prefix", {.seqs = {{200, 77}}});
+    edge("sharp_softmax", {.q_scale = 8.0f, .seqs = {{300, 1}, {50, 20}}});
+    edge("ragged_prefill_and_decode", {.seqs = {{0, 9}, {700, 1}, {37, 64}, {2, 1}, {129, 3}}});
+    edge("page_size_32", {.page_size = 32, .seqs = {{95, 1}, {10, 40}}});
+    edge("page_size_64", {.page_size = 64, .seqs = {{127, 1}, {64, 1}, {10, 130}}});
+    edge("window_decode_boundaries", {.window = 128, .seqs = {{126, 1}, {127, 1}, {128, 1}, {129, 1}, {1000, 1}}});
+    edge("window_prefill_longer_than_window", {.window = 128, .seqs = {{0, 300}}});
+    edge("window_chunk_over_ring", {.window = 128, .seqs = {{200, 150}, {130, 1}, {5, 7}}});
+    edge("window_refilled_by_replay", {.window = 128, .seqs = {{300, 1, 250}, {500, 100, 420}, {64, 1, 64}}});
+    {
+        Case c;
+        for (int i = 0; i < 64; ++i) c.seqs.push_back({37 * i + 1, 1});
+        edge("gpt_oss_decode_batch_64", c);
+    }
+
+    // gpt-oss shapes (pages of 32 in order). The first eleven are bench_attention's lines before the
+    // tables (docs/performance.md quotes them).
+    for (int ctx : {1024, 8192, 32768, 131071}) t.push_back(decode(1, ctx));
+    for (int ctx : {1024, 8192}) t.push_back(decode(64, ctx));
+    t.push_back(decode(128, 32768));  // gpt-oss-20b decode at its largest benchmarked batch
+    t.push_back(decode(1, 8192, 128));
+    t.push_back(decode(64, 8192, 128));
+    t.push_back(prefill(0, 1024));
+    t.push_back(prefill(0, 8192));
+    t.push_back(prefill(0, 8192, 128));
+    // Decode batches 8..128 at 8k and 32k, another page size, longer prefill chunks (the engine cuts
+    // prompts into chunks of 8192), a ragged step of 63 decodes and one prefill chunk (small enough to check).
+    for (int b : {8, 32, 128}) t.push_back(decode(b, 8192));
+    for (int b : {8, 32}) t.push_back(decode(b, 32768));
+    t.push_back(decode(128, 8192, 128));
+    t.push_back(decode(64, 8192, 0, 16));
+    t.push_back(prefill(0, 1024, 128));
+    t.push_back(prefill(2048, 1024));
+    t.push_back(prefill(24576, 8192));
+    t.push_back(prefill(0, 32768, 128));
+    {
+        Case c;
+        c.label = "attn mixed B=64 ctx=2048 decode=63 prefill=512";
+        c.page_size = 32;
+        c.shuffle_pages = false;
+        for (int i = 0; i < 63; ++i) c.seqs.push_back({2048, 1});
+        c.seqs.push_back({2048, 512});
+        t.push_back(c);
+    }
+    for (Case& c : t)
+        if (c.use == Use::both && (flops_of(c) > 5e10 || cache_elems_of(c) > double(1 << 28))) c.use = Use::perf_only;
+    return t;
+}
+
+}  // namespace osprey::cases::attention

@@ -1,0 +1,97 @@
+// Rotary position embedding in place on the fused qkv row (kernels/cuda/rope.h), with gpt-oss's YaRN
+// table (model/rope.h): one table for the test (tests/kernels/test_rope_cuda.cu, against
+// kernels/cpu/rope.h; v must stay untouched) and the benchmark (bench/bench_rope.cu): one token to
+// prefill chunks of 8192, positions up to 32k (and 131k), fewer (head, pair)s than threads.
+// Perf bytes: the q and k heads read and written, the table rows and the positions read.
+#pragma once
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cases/harness.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cuda/rope.h"
+#include "model/rope.h"
+
+namespace osprey::cases::rope {
+
+inline constexpr int kHeadDim = 64;
+
+struct Case {
+    std::string name;   // gtest name; empty: identifier(label)
+    std::string label;  // bench label
+    Use use = Use::both;
+    int n_tokens = 1;
+    int n_q = 64, n_kv = 8;  // heads
+    int max_pos = 32768;     // positions drawn below it (the first token at max_pos - 1)
+};
+
+inline Result run(const Case& c, Mode mode) {
+    Result r;
+    r.seed = case_seed(mode);
+    model::Config cfg;
+    model::RopeTable table(cfg, c.max_pos);
+    const int ld = (c.n_q + 2 * c.n_kv) * kHeadDim, n_rot = (c.n_q + c.n_kv) * kHeadDim;
+    const size_t elems = size_t(c.n_tokens) * ld;
+    auto d_qkv = device_uniform<bf16>(elems, stream_seed(r.seed, 1), -1.f, 1.f);
+    std::mt19937 rng(r.seed);
+    std::vector<int32_t> pos(c.n_tokens);
+    for (int32_t& p : pos) p = int32_t(rng() % c.max_pos);
+    pos[0] = c.max_pos - 1;
+    auto d_pos = to_device(pos);
+    auto d_cos = to_device(std::vector<float>(table.cos().begin(), table.cos().end()));
+    auto d_sin = to_device(std::vector<float>(table.sin().begin(), table.sin().end()));
+    const std::vector<bf16> qkv = mode == Mode::check ? d_qkv.download(elems) : std::vector<bf16>{};
+    const cuda::RopeArgs a{.qkv = d_qkv.get(), .positions = d_pos.get(), .cos = d_cos.get(), .sin = d_sin.get(),
+                           .n_tokens = c.n_tokens, .ld = ld, .n_q_heads = c.n_q, .n_kv_heads = c.n_kv,
+                           .head_dim = kHeadDim};
+
+    if (mode == Mode::perf) {
+        const double us = time_us([&](int) { cuda::rope(a, nullptr); }, iters_or(50));
+        const double bytes = double(c.n_tokens) * (2.0 * 2 * n_rot + 2.0 * 4 * (kHeadDim / 2) + 4);
+        r.timings.push_back({c.label, us, bytes, 0.0});
+        return r;
+    }
+
+    cuda::rope(a, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // Reference: rotate the q and k heads (as floats of the same bf16 values).
+    std::vector<float> qk(size_t(c.n_tokens) * n_rot);
+    for (int t = 0; t < c.n_tokens; ++t)
+        for (int i = 0; i < n_rot; ++i) qk[size_t(t) * n_rot + i] = bf16_to_float(qkv[size_t(t) * ld + i]);
+    cpu::rope(qk, pos, c.n_q + c.n_kv, kHeadDim, table.cos(), table.sin());
+    const std::vector<bf16> out = d_qkv.download(elems);
+    std::vector<float> got_qk(qk.size()), got_v, want_v;
+    for (int t = 0; t < c.n_tokens; ++t) {
+        for (int i = 0; i < n_rot; ++i) got_qk[size_t(t) * n_rot + i] = bf16_to_float(out[size_t(t) * ld + i]);
+        for (int i = n_rot; i < ld; ++i) {
+            got_v.push_back(bf16_to_float(out[size_t(t) * ld + i]));
+            want_v.push_back(bf16_to_float(qkv[size_t(t) * ld + i]));
+        }
+    }
+    // Inputs |x| <= 1 times a table entry <= 1.35 (the YaRN concentration): outputs up to ~2.7,
+    // rounded once to bf16 (half an ulp at 2..4 is 2^-7); f32 products are otherwise identical.
+    expect_close(r, got_qk, to_double(qk), 1.0 / 128, 0.0, "rope q/k");
+    expect_close(r, got_v, to_double(want_v), 0.0, 0.0, "rope leaves v alone");
+    return r;
+}
+
+inline std::vector<Case> cases() {
+    std::vector<Case> t;
+    auto edge = [&](const char* name, Case c) {
+        c.name = name;
+        c.label = str("rope ", name);
+        c.use = Use::check_only;
+        t.push_back(c);
+    };
+    edge("one_token", {.n_tokens = 1, .max_pos = 16});
+    edge("fewer_pairs_than_threads", {.n_tokens = 3, .n_q = 2, .n_kv = 1, .max_pos = 100});
+    edge("gpt_oss_prefill", {.n_tokens = 300, .max_pos = 4096});
+    edge("long_positions", {.n_tokens = 17, .max_pos = 131072});
+    // gpt-oss (64 q + 8 k heads rotated, v skipped), decode and prefill token counts, contexts to 32k.
+    for (int n : {1, 8, 64, 128, 1024, 8192}) t.push_back({.label = str("rope T=", n, " pos<32768"), .n_tokens = n});
+    return t;
+}
+
+}  // namespace osprey::cases::rope
