@@ -7,7 +7,7 @@
 
 #include "core/check.h"
 #include "core/json.h"
-#include "server/http_message.h"
+#include "http/message.h"
 
 namespace osprey::server {
 
@@ -39,8 +39,8 @@ inline json::Value error_body(const std::string& message, const std::string& typ
     return body;
 }
 
-inline HttpResponse error_response(const ApiError& e) {
-    return HttpResponse::json(e.status, error_body(e.what(), e.type, e.param, e.code).dump());
+inline http::HttpResponse error_response(const ApiError& e) {
+    return http::HttpResponse::json(e.status, error_body(e.what(), e.type, e.param, e.code).dump());
 }
 
 // Throws ApiError(400) naming `param` (a field path) with `message` appended: "temperature: must be ...".

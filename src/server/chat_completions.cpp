@@ -235,7 +235,7 @@ private:
 
 }  // namespace
 
-Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     ChatRequest r = parse_chat_request(body, ctx.limits);
     check_model(ctx, r.model);
     std::vector<int32_t> prompt;
@@ -261,7 +261,7 @@ Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),
                                   std::end(harmony::kAssistantActionStopTokens));
     auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r, primed));
+    return http::Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r, primed));
 }
 
 }  // namespace osprey::server

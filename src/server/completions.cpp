@@ -198,7 +198,7 @@ private:
 
 }  // namespace
 
-Reply handle_completions(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
     Fields f(body, "");
     auto model = f.string("model");
     if (!model) bad_param("model", "required", "missing_required_parameter");
@@ -235,7 +235,7 @@ Reply handle_completions(ServerContext& ctx, const json::Value& body) {
         for (auto& s : streams) s->cancel();
         throw;
     }
-    return Reply(std::make_unique<CompletionJob>(ctx, std::move(streams), params, std::move(prompts)));
+    return http::Reply(std::make_unique<CompletionJob>(ctx, std::move(streams), params, std::move(prompts)));
 }
 
 }  // namespace osprey::server

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "harmony/render.h"
 #include "harmony/special_tokens.h"
+#include "http/sse.h"
 #include "server/api_error.h"
 #include "server/chat_output.h"
 #include "server/generation_job.h"
@@ -226,14 +227,14 @@ private:
         v.set("type", type);
         v.set("sequence_number", sequence_++);
         v.set(key, std::move(value));
-        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+        return http::sse_event(v.dump(), type);
     }
     std::string event(const char* type, json::Value fields) {
         json::Value v;
         v.set("type", type);
         v.set("sequence_number", sequence_++);
         for (auto& [k, x] : fields.as_object()) v.set(k, x);
-        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+        return http::sse_event(v.dump(), type);
     }
 
     json::Value item_json(size_t i, const char* status) const {
@@ -481,7 +482,7 @@ private:
             p.response = error_response(ApiError(500, error_));
             return;
         }
-        p.response = HttpResponse::json(200, response.dump());
+        p.response = http::HttpResponse::json(200, response.dump());
     }
 
     struct Item {
@@ -510,7 +511,7 @@ private:
 
 }  // namespace
 
-Reply handle_responses(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     ResponsesRequest r = parse_responses_request(ctx, body);
     const Conversation conversation = build_conversation(r.spec);
     std::vector<int32_t> prompt;
@@ -532,22 +533,22 @@ Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     request.sampling = r.params.sampling;
     request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));
     auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r), primed));
+    return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r), primed));
 }
 
-HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {
+http::HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {
     auto r = ctx.responses.get(id);
     if (!r) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
-    return HttpResponse::json(200, r->response.dump());
+    return http::HttpResponse::json(200, r->response.dump());
 }
 
-HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id) {
+http::HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id) {
     if (!ctx.responses.erase(id)) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
     json::Value v;
     v.set("id", id);
     v.set("object", "response.deleted");
     v.set("deleted", true);
-    return HttpResponse::json(200, v.dump());
+    return http::HttpResponse::json(200, v.dump());
 }
 
 }  // namespace osprey::server

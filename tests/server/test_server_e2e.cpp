@@ -34,11 +34,11 @@ protected:
         ServerOptions so;
         so.model_name = "m";
         api_ = std::make_unique<OpenAiServer>(*engine_, test::harmony_tokenizer(), so);
-        HttpServerOptions ho;
+        http::HttpServerOptions ho;
         ho.port = 0;
         ho.limits.max_body_bytes = 4096;
         ho.error_response = OpenAiServer::transport_error;
-        http_ = std::make_unique<HttpServer>(ho, [this](const HttpRequest& r) { return api_->handle(r); });
+        http_ = std::make_unique<http::HttpServer>(ho, [this](const http::HttpRequest& r) { return api_->handle(r); });
         loop_ = std::thread([this] { http_->run(); });
     }
     void TearDown() override {
@@ -100,7 +100,7 @@ protected:
     std::unique_ptr<ScriptedRunner> runner_;
     std::unique_ptr<engine::Engine> engine_;
     std::unique_ptr<OpenAiServer> api_;
-    std::unique_ptr<HttpServer> http_;
+    std::unique_ptr<http::HttpServer> http_;
     std::thread loop_;
 };
 
