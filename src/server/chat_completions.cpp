@@ -4,15 +4,22 @@
 #include <span>
 
 #include "core/log.h"
+#include "frontend/chat_output.h"
 #include "harmony/render.h"
 #include "harmony/special_tokens.h"
 #include "server/api_error.h"
-#include "server/chat_output.h"
 #include "server/chat_request.h"
 #include "server/choices_job.h"
 #include "server/routes.h"
 
 namespace osprey::server {
+
+using frontend::Api;
+using frontend::ChatDelta;
+using frontend::ChatOutput;
+using frontend::ChatOutputOptions;
+using frontend::ToolCall;
+using frontend::ToolCallDelta;
 
 void check_model(const ServerContext& ctx, const std::string& model) {
     if (model != ctx.options.model_name)
@@ -247,12 +254,12 @@ http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body)
         throw ApiError(400, std::string("messages: ") + e.what(), "messages");
     }
     const std::vector<int32_t> primed =
-        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+        r.forced.on ? frontend::forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
     prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "chat";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages",
-                                                ctx.options.default_max_tokens);
+    request.max_new_tokens = frontend::resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len,
+                                                          "messages", ctx.options.default_max_tokens);
     request.prompt = std::move(prompt);
     request.sampling = r.params.sampling;
     request.n = r.params.n;

@@ -2,13 +2,18 @@
 // no Harmony parsing. Stops at the model's end-of-text tokens (<|return|>, <|call|>, <|endoftext|>)
 // unless "ignore_eos" (a vLLM extension) is set.
 #include "core/log.h"
+#include "frontend/stop_strings.h"
 #include "server/api_error.h"
 #include "server/choices_job.h"
+#include "server/generation_fields.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
-#include "server/stop_strings.h"
 
 namespace osprey::server {
+
+using frontend::Api;
+using frontend::GenerationParams;
+using frontend::StopStrings;
 
 namespace {
 
@@ -218,9 +223,9 @@ http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
         for (size_t i = 0; i < prompts.size(); ++i) {
             engine::Request request;
             request.id = "completion";
-            request.max_new_tokens = resolve_max_tokens(params, Api::completions, int(prompts[i].ids.size()),
-                                                        ctx.max_model_len, prompts.size() > 1 ? str("prompt[", i, "]") : "prompt",
-                                                        ctx.options.default_max_tokens);
+            request.max_new_tokens = frontend::resolve_max_tokens(
+                params, Api::completions, int(prompts[i].ids.size()), ctx.max_model_len,
+                prompts.size() > 1 ? str("prompt[", i, "]") : "prompt", ctx.options.default_max_tokens);
             request.prompt = prompts[i].ids;
             request.sampling = params.sampling;
             request.n = params.n;

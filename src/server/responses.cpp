@@ -9,19 +9,32 @@
 #include <span>
 
 #include "core/log.h"
+#include "frontend/chat_output.h"
+#include "frontend/harmony_prompt.h"
 #include "harmony/render.h"
 #include "harmony/special_tokens.h"
 #include "http/sse.h"
 #include "server/api_error.h"
-#include "server/chat_output.h"
+#include "server/generation_fields.h"
 #include "server/generation_job.h"
-#include "server/harmony_prompt.h"
+#include "server/harmony_fields.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
 
 namespace osprey::server {
 
 using namespace harmony;
+using frontend::Api;
+using frontend::ChatDelta;
+using frontend::ChatOutput;
+using frontend::ChatOutputOptions;
+using frontend::ForcedCall;
+using frontend::GenerationParams;
+using frontend::PromptSpec;
+using frontend::tool_call_message;
+using frontend::tool_result_message;
+using frontend::ToolCall;
+using frontend::ToolCallDelta;
 
 namespace {
 
@@ -513,7 +526,7 @@ private:
 
 http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     ResponsesRequest r = parse_responses_request(ctx, body);
-    const Conversation conversation = build_conversation(r.spec);
+    const Conversation conversation = frontend::build_conversation(r.spec);
     std::vector<int32_t> prompt;
     try {
         prompt = render_for_completion(conversation).tokens(ctx.tokenizer);
@@ -523,12 +536,12 @@ http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
         throw ApiError(400, std::string("input: ") + e.what(), "input");
     }
     const std::vector<int32_t> primed =
-        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
+        r.forced.on ? frontend::forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
     prompt.insert(prompt.end(), primed.begin(), primed.end());
     engine::Request request;
     request.id = "response";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input",
-                                                ctx.options.default_max_tokens);
+    request.max_new_tokens = frontend::resolve_max_tokens(r.params, Api::responses, int(prompt.size()),
+                                                          ctx.max_model_len, "input", ctx.options.default_max_tokens);
     request.prompt = std::move(prompt);
     request.sampling = r.params.sampling;
     request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "server/generation_params.h"
+#include "server/generation_fields.h"
 #include "server/metrics.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
