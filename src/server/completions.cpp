@@ -3,6 +3,7 @@
 // unless "ignore_eos" (a vLLM extension) is set.
 #include "core/log.h"
 #include "frontend/stop_strings.h"
+#include "frontend/submit.h"
 #include "server/api_error.h"
 #include "server/choices_job.h"
 #include "server/generation_fields.h"
@@ -234,7 +235,7 @@ http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
                 request.stop_token_ids = {200002, 200012, 199999};
                 if (eos != 200002 && eos != 200012 && eos != 199999) request.stop_token_ids.push_back(eos);
             }
-            streams.push_back(submit(ctx, std::move(request)));
+            streams.push_back(frontend::submit(ctx.engine, std::move(request)));
         }
     } catch (...) {
         for (auto& s : streams) s->cancel();

@@ -11,8 +11,7 @@
 #include "core/log.h"
 #include "frontend/chat_output.h"
 #include "frontend/harmony_prompt.h"
-#include "harmony/render.h"
-#include "harmony/special_tokens.h"
+#include "frontend/submit.h"
 #include "http/sse.h"
 #include "server/api_error.h"
 #include "server/generation_fields.h"
@@ -527,26 +526,13 @@ private:
 http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     ResponsesRequest r = parse_responses_request(ctx, body);
     const Conversation conversation = frontend::build_conversation(r.spec);
-    std::vector<int32_t> prompt;
-    try {
-        prompt = render_for_completion(conversation).tokens(ctx.tokenizer);
-    } catch (const ApiError&) {
-        throw;
-    } catch (const Error& e) {
-        throw ApiError(400, std::string("input: ") + e.what(), "input");
-    }
-    const std::vector<int32_t> primed =
-        r.forced.on ? frontend::forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
-    prompt.insert(prompt.end(), primed.begin(), primed.end());
-    engine::Request request;
-    request.id = "response";
-    request.max_new_tokens = frontend::resolve_max_tokens(r.params, Api::responses, int(prompt.size()),
-                                                          ctx.max_model_len, "input", ctx.options.default_max_tokens);
-    request.prompt = std::move(prompt);
-    request.sampling = r.params.sampling;
-    request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));
-    auto stream = submit(ctx, std::move(request));
-    return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r), primed));
+    frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "response",
+                                                                     .conversation = conversation,
+                                                                     .forced = r.forced,
+                                                                     .params = r.params,
+                                                                     .api = Api::responses,
+                                                                     .prompt_param = "input"});
+    return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(s.stream), std::move(r), s.primed));
 }
 
 http::HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {

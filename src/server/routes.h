@@ -21,9 +21,6 @@ http::HttpResponse delete_stored_response(ServerContext& ctx, const std::string&
 // Throws ApiError(404, model_not_found) unless `model` is the served model.
 void check_model(const ServerContext& ctx, const std::string& model);
 
-// Submits to the engine, turning its validation errors (osprey::Error) into ApiError 400.
-std::shared_ptr<engine::RequestStream> submit(ServerContext& ctx, engine::Request request);
-
 // OpenAI's per-token logprob object {"token", "logprob", "bytes", "top_logprobs": [...]}.
 json::Value token_logprob_json(const tok::Tokenizer& tokenizer, const engine::Event& e);
 

@@ -201,5 +201,22 @@ TEST_F(ServerE2E, ErrorsAreOpenAiShaped) {
     ::close(fd);
 }
 
+// Chat completions and responses submit through the front end's one submit_rendered(); its errors
+// still name each API's own fields.
+TEST_F(ServerE2E, OutputLimitErrorsNameEachApisField) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, chat(200000, false));  // the legacy max_tokens; the error names its successor
+    const std::string c = read_response(fd, buffer);
+    EXPECT_NE(c.find("HTTP/1.1 400"), std::string::npos) << c;
+    EXPECT_NE(c.find("max_completion_tokens asks for 200000 more"), std::string::npos) << c;
+    EXPECT_NE(c.find(R"("param":"max_completion_tokens","code":"context_length_exceeded")"), std::string::npos) << c;
+    send_all(fd, post("/v1/responses", R"({"model": "m", "input": "hi", "max_output_tokens": 200000})"));
+    const std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 400"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("param":"max_output_tokens","code":"context_length_exceeded")"), std::string::npos) << r;
+    ::close(fd);
+}
+
 }  // namespace
 }  // namespace osprey::server
