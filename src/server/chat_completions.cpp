@@ -1,5 +1,5 @@
 // POST /v1/chat/completions: Harmony prompt in, reasoning / content / tool calls out, streamed over
-// SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: chat_output.cpp.
+// SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: frontend/chat_output.cpp.
 #include <optional>
 #include <span>
 

@@ -443,7 +443,7 @@ private:
             const bool streamed =
                 open_ >= 0 && items_[size_t(open_)].kind == "function_call" && items_[size_t(open_)].call_id == call.id;
             const size_t i = streamed ? size_t(open_) : open_item("function_call", p, call.name, call.id);
-            items_[i].text = call.arguments;  // equal to the streamed pieces (chat_output.h)
+            items_[i].text = call.arguments;  // equal to the streamed pieces (frontend/chat_output.h)
             items_[i].complete = true;
             close_item(p);
         }
