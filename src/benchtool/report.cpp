@@ -78,12 +78,4 @@ void write_text_file(const std::string& path, const std::string& text) {
     OSPREY_CHECK(out.good(), "writing ", path, " failed");
 }
 
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    OSPREY_CHECK(in.good(), "cannot read ", path);
-    std::ostringstream s;
-    s << in.rdbuf();
-    return s.str();
-}
-
 }  // namespace osprey::benchtool

@@ -21,6 +21,5 @@ std::string markdown_table(const std::vector<std::string>& header, const std::ve
 std::string fixed(double v, int decimals);  // "12.35"
 
 void write_text_file(const std::string& path, const std::string& text);
-std::string read_text_file(const std::string& path);
 
 }  // namespace osprey::benchtool

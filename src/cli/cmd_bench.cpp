@@ -19,6 +19,7 @@
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
+#include "core/file.h"
 #include "model/weights.h"
 
 namespace {
@@ -368,7 +369,7 @@ int bench_plot(const std::vector<std::string>& argv) {
     for (const std::string& path : a.positional()) {
         json::Value r;
         try {
-            r = json::parse(benchtool::read_text_file(path));
+            r = json::parse(read_file(path));
             benchtool::check_report(r);
         } catch (const Error& e) {
             OSPREY_FAIL(path, ": ", e.what());

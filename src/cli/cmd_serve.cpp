@@ -19,10 +19,10 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "harmony/special_tokens.h"
+#include "http/server.h"
 #include "model/scripted_runner.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
-#include "server/http_server.h"
 #include "server/openai_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -170,12 +170,12 @@ int run_serve(const std::vector<std::string>& argv) {
     engine::Engine engine(*runner, eo);
     engine.start();
     server::OpenAiServer api(engine, *tokenizer, so);
-    server::HttpServerOptions ho;
+    http::HttpServerOptions ho;
     ho.host = args.get("host", "127.0.0.1");
     ho.port = positive_flag(args, "port", 8000, 65535);
     ho.limits.max_body_bytes = size_t(max_body);
     ho.error_response = server::OpenAiServer::transport_error;
-    server::HttpServer http(ho, [&api](const server::HttpRequest& r) { return api.handle(r); });
+    http::HttpServer http(ho, [&api](const http::HttpRequest& r) { return api.handle(r); });
 
     // Many concurrent clients need many descriptors: raise the soft limit to the hard one.
     rlimit files{};

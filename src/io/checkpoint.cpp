@@ -1,28 +1,15 @@
 #include "io/checkpoint.h"
 
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "core/json.h"
 
 namespace osprey::io {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    OSPREY_CHECK(in.good(), p.string(), ": cannot open");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
-}  // namespace
 
 void Checkpoint::add(std::shared_ptr<const SafetensorsFile> f) {
     const size_t file_index = files_.size();
@@ -46,7 +33,7 @@ std::shared_ptr<const Checkpoint> Checkpoint::open_index(const fs::path& index_j
     const std::string what = index_json.string();
     json::Value root;
     try {
-        root = json::parse(read_text(index_json));
+        root = json::parse(read_file(index_json));
     } catch (const Error& e) {
         OSPREY_FAIL(what, ": ", e.what());
     }

@@ -2,12 +2,11 @@
 
 #include <charconv>
 #include <cmath>
-#include <fstream>
 #include <numbers>
 #include <optional>
-#include <sstream>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "model/kv_spec.h"
 
 namespace osprey::model {
@@ -189,12 +188,9 @@ Config Config::from_json(const Value& j) {
 }
 
 Config Config::load(const std::filesystem::path& config_file) {
-    std::ifstream in(config_file, std::ios::binary);
-    OSPREY_CHECK(in.good(), config_file.string(), ": cannot open");
-    std::ostringstream ss;
-    ss << in.rdbuf();
+    const std::string text = read_file(config_file);
     try {
-        return from_json(json::parse(ss.str()));
+        return from_json(json::parse(text));
     } catch (const Error& e) {
         OSPREY_FAIL(config_file.string(), ": ", e.what());
     }

@@ -1,11 +1,10 @@
 #include "model/weights.h"
 
 #include <algorithm>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "io/checkpoint.h"
 
@@ -98,14 +97,6 @@ TensorView row_slice(const TensorView& v, int64_t row_begin, int64_t n_rows, con
     return s;
 }
 
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    OSPREY_CHECK(in.good(), p.string(), ": cannot open");
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 bool has_safetensors(const fs::path& dir) {
     if (fs::is_regular_file(dir / "model.safetensors.index.json")) return true;
     std::error_code ec;
@@ -118,7 +109,7 @@ bool has_safetensors(const fs::path& dir) {
 bool is_hf_config(const fs::path& config_file) {
     json::Value j;
     try {
-        j = json::parse(read_text(config_file));
+        j = json::parse(read_file(config_file));
     } catch (const Error& e) {
         OSPREY_FAIL(config_file.string(), ": ", e.what());
     }
@@ -132,7 +123,7 @@ void check_dtypes_json(const fs::path& dir, const io::Checkpoint& ckpt) {
     if (!fs::is_regular_file(p)) return;
     json::Value j;
     try {
-        j = json::parse(read_text(p));
+        j = json::parse(read_file(p));
     } catch (const Error& e) {
         OSPREY_FAIL(p.string(), ": ", e.what());
     }

@@ -1,36 +1,30 @@
 // POST /v1/chat/completions: Harmony prompt in, reasoning / content / tool calls out, streamed over
-// SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: chat_output.cpp.
+// SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: frontend/chat_output.cpp.
 #include <optional>
 #include <span>
 
 #include "core/log.h"
-#include "harmony/render.h"
-#include "harmony/special_tokens.h"
+#include "frontend/chat_output.h"
+#include "frontend/submit.h"
 #include "server/api_error.h"
-#include "server/chat_output.h"
 #include "server/chat_request.h"
 #include "server/choices_job.h"
 #include "server/routes.h"
 
 namespace osprey::server {
 
+using frontend::Api;
+using frontend::ChatDelta;
+using frontend::ChatOutput;
+using frontend::ChatOutputOptions;
+using frontend::ToolCall;
+using frontend::ToolCallDelta;
+
 void check_model(const ServerContext& ctx, const std::string& model) {
     if (model != ctx.options.model_name)
         throw ApiError(404, "The model '" + model.substr(0, 200) + "' does not exist; this server serves '" +
                                 ctx.options.model_name + "'",
                        "model", "model_not_found");
-}
-
-std::shared_ptr<engine::RequestStream> submit(ServerContext& ctx, engine::Request request) {
-    try {
-        return ctx.engine.submit(std::move(request));
-    } catch (const ApiError&) {
-        throw;
-    } catch (const Error& e) {
-        // The engine's only refusal that is not about the request itself is a full queue.
-        const bool busy = std::string(e.what()).find("at capacity") != std::string::npos;
-        throw ApiError(busy ? 503 : 400, e.what(), "", busy ? "server_busy" : "");
-    }
 }
 
 json::Value token_logprob_json(const tok::Tokenizer& tokenizer, const engine::Event& e) {
@@ -235,33 +229,16 @@ private:
 
 }  // namespace
 
-Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     ChatRequest r = parse_chat_request(body, ctx.limits);
     check_model(ctx, r.model);
-    std::vector<int32_t> prompt;
-    try {
-        prompt = harmony::render_for_completion(r.conversation).tokens(ctx.tokenizer);
-    } catch (const ApiError&) {
-        throw;
-    } catch (const Error& e) {
-        throw ApiError(400, std::string("messages: ") + e.what(), "messages");
-    }
-    const std::vector<int32_t> primed =
-        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
-    prompt.insert(prompt.end(), primed.begin(), primed.end());
-    engine::Request request;
-    request.id = "chat";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::chat, int(prompt.size()), ctx.max_model_len, "messages",
-                                                ctx.options.default_max_tokens);
-    request.prompt = std::move(prompt);
-    request.sampling = r.params.sampling;
-    request.n = r.params.n;
-    // The assistant's turn ends at <|return|> (answer done) or <|call|> (a tool call to run); <|end|>
-    // only ends one message of the turn (shared/spec/harmony.md §7).
-    request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),
-                                  std::end(harmony::kAssistantActionStopTokens));
-    auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ChatJob>(ctx, std::move(stream), r, primed));
+    frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "chat",
+                                                                     .conversation = r.conversation,
+                                                                     .forced = r.forced,
+                                                                     .params = r.params,
+                                                                     .api = Api::chat,
+                                                                     .prompt_param = "messages"});
+    return http::Reply(std::make_unique<ChatJob>(ctx, std::move(s.stream), r, s.primed));
 }
 
 }  // namespace osprey::server

@@ -4,12 +4,16 @@
 #include <map>
 
 #include "server/api_error.h"
-#include "server/harmony_prompt.h"
+#include "server/harmony_fields.h"
 #include "server/json_fields.h"
 
 namespace osprey::server {
 
 using namespace harmony;
+using frontend::Api;
+using frontend::PromptSpec;
+using frontend::tool_call_message;
+using frontend::tool_result_message;
 
 namespace {
 
@@ -142,7 +146,7 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
     f.ignore({"user", "metadata", "store", "service_tier", "parallel_tool_calls", "modalities", "prompt_cache_key",
               "safety_identifier", "verbosity"});
     f.finish();
-    r.conversation = build_conversation(spec);
+    r.conversation = frontend::build_conversation(spec);
     return r;
 }
 

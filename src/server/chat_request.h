@@ -10,19 +10,20 @@
 #include <vector>
 
 #include "core/json.h"
+#include "frontend/generation_params.h"
+#include "frontend/harmony_prompt.h"
 #include "harmony/message.h"
-#include "server/generation_params.h"
-#include "server/harmony_prompt.h"
+#include "server/generation_fields.h"
 
 namespace osprey::server {
 
 struct ChatRequest {
     std::string model;
     harmony::Conversation conversation;
-    GenerationParams params;
+    frontend::GenerationParams params;
     std::vector<std::string> tool_names;  // function tools the output may call ("get_weather")
     bool tools_enabled = true;            // false for tool_choice "none": calls are not reported
-    ForcedCall forced;                    // tool_choice "required" or a named function
+    frontend::ForcedCall forced;          // tool_choice "required" or a named function
 };
 
 // Throws ApiError (400) naming the first bad field; unknown members are rejected.

@@ -1,6 +1,7 @@
 // The envelope and the end shared by chat/completions and completions (see choices_job.h).
 #include "server/choices_job.h"
 
+#include "http/sse.h"
 #include "server/api_error.h"
 #include "server/routes.h"
 
@@ -42,7 +43,7 @@ void ChoicesJob::on_done(Progress& p) {
             v.set("usage", usage);
             p.body += sse(v);
         }
-        p.body += "data: [DONE]\n\n";
+        p.body += http::sse_event("[DONE]");
         return;
     }
     if (!error_.empty()) {
@@ -53,7 +54,7 @@ void ChoicesJob::on_done(Progress& p) {
     v.set("system_fingerprint", json::Value());
     v.set("choices", final_choices());
     v.set("usage", usage);
-    p.response = HttpResponse::json(200, v.dump());
+    p.response = http::HttpResponse::json(200, v.dump());
 }
 
 }  // namespace osprey::server

@@ -2,13 +2,19 @@
 // no Harmony parsing. Stops at the model's end-of-text tokens (<|return|>, <|call|>, <|endoftext|>)
 // unless "ignore_eos" (a vLLM extension) is set.
 #include "core/log.h"
+#include "frontend/stop_strings.h"
+#include "frontend/submit.h"
 #include "server/api_error.h"
 #include "server/choices_job.h"
+#include "server/generation_fields.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
-#include "server/stop_strings.h"
 
 namespace osprey::server {
+
+using frontend::Api;
+using frontend::GenerationParams;
+using frontend::StopStrings;
 
 namespace {
 
@@ -198,7 +204,7 @@ private:
 
 }  // namespace
 
-Reply handle_completions(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
     Fields f(body, "");
     auto model = f.string("model");
     if (!model) bad_param("model", "required", "missing_required_parameter");
@@ -218,9 +224,9 @@ Reply handle_completions(ServerContext& ctx, const json::Value& body) {
         for (size_t i = 0; i < prompts.size(); ++i) {
             engine::Request request;
             request.id = "completion";
-            request.max_new_tokens = resolve_max_tokens(params, Api::completions, int(prompts[i].ids.size()),
-                                                        ctx.max_model_len, prompts.size() > 1 ? str("prompt[", i, "]") : "prompt",
-                                                        ctx.options.default_max_tokens);
+            request.max_new_tokens = frontend::resolve_max_tokens(
+                params, Api::completions, int(prompts[i].ids.size()), ctx.max_model_len,
+                prompts.size() > 1 ? str("prompt[", i, "]") : "prompt", ctx.options.default_max_tokens);
             request.prompt = prompts[i].ids;
             request.sampling = params.sampling;
             request.n = params.n;
@@ -229,13 +235,13 @@ Reply handle_completions(ServerContext& ctx, const json::Value& body) {
                 request.stop_token_ids = {200002, 200012, 199999};
                 if (eos != 200002 && eos != 200012 && eos != 199999) request.stop_token_ids.push_back(eos);
             }
-            streams.push_back(submit(ctx, std::move(request)));
+            streams.push_back(frontend::submit(ctx.engine, std::move(request)));
         }
     } catch (...) {
         for (auto& s : streams) s->cancel();
         throw;
     }
-    return Reply(std::make_unique<CompletionJob>(ctx, std::move(streams), params, std::move(prompts)));
+    return http::Reply(std::make_unique<CompletionJob>(ctx, std::move(streams), params, std::move(prompts)));
 }
 
 }  // namespace osprey::server

@@ -3,6 +3,8 @@
 
 #include <random>
 
+#include "http/sse.h"
+
 namespace osprey::server {
 
 using Clock = std::chrono::steady_clock;
@@ -56,9 +58,11 @@ void GenerationJob::end_choice(int choice) {
     streams_[prompt]->cancel();
 }
 
-std::string GenerationJob::sse(const json::Value& data) { return "data: " + data.dump() + "\n\n"; }
+std::string GenerationJob::sse(const json::Value& data) {
+    return http::sse_event(data.dump());
+}
 
-AsyncJob::Progress GenerationJob::poll() {
+http::AsyncJob::Progress GenerationJob::poll() {
     Progress p;
     if (done_) {
         p.done = true;

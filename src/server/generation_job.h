@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "engine/request_stream.h"
-#include "server/http_server.h"
+#include "http/server.h"
 #include "server/server_context.h"
 
 namespace osprey::server {
 
-class GenerationJob : public AsyncJob {
+class GenerationJob : public http::AsyncJob {
 public:
     // `streams`: one per prompt; choice index = prompt index * n_samples + sample.
     GenerationJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams, int n_samples,
@@ -38,7 +38,7 @@ protected:
     void end_choice(int choice);
     bool choice_ended(int choice) const { return ended_[size_t(choice)]; }
     int n_choices() const { return int(ended_.size()); }
-    static std::string sse(const json::Value& data);  // "data: {...}\n\n"
+    static std::string sse(const json::Value& data);  // one server-sent event: "data: {...}\n\n"
 
     ServerContext& ctx_;
     const int n_samples_;

@@ -26,11 +26,11 @@ OpenAiServer::OpenAiServer(engine::Engine& engine, const tok::Tokenizer& tokeniz
     ctx_.created = unix_time();
 }
 
-HttpResponse OpenAiServer::transport_error(int status, const std::string& message) {
+http::HttpResponse OpenAiServer::transport_error(int status, const std::string& message) {
     return error_response(ApiError(status, message));
 }
 
-bool OpenAiServer::authorized(const HttpRequest& request) const {
+bool OpenAiServer::authorized(const http::HttpRequest& request) const {
     if (ctx_.options.api_key.empty()) return true;
     std::string given;
     if (const std::string* auth = request.header("authorization")) {
@@ -42,7 +42,7 @@ bool OpenAiServer::authorized(const HttpRequest& request) const {
     return !given.empty() && constant_time_equal(given, ctx_.options.api_key);
 }
 
-HttpResponse OpenAiServer::models() const {
+http::HttpResponse OpenAiServer::models() const {
     json::Value m;
     m.set("id", ctx_.options.model_name);
     m.set("object", "model");
@@ -54,12 +54,12 @@ HttpResponse OpenAiServer::models() const {
     json::Value v;
     v.set("object", "list");
     v.set("data", json::Array{std::move(m)});
-    return HttpResponse::json(200, v.dump());
+    return http::HttpResponse::json(200, v.dump());
 }
 
 namespace {
 
-json::Value parse_body(const HttpRequest& request) {
+json::Value parse_body(const http::HttpRequest& request) {
     // The Content-Type is not checked: curl's default (form-urlencoded) with a JSON body is common.
     if (request.body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
     if (const size_t bad = utf8::first_invalid(request.body); bad != std::string::npos)
@@ -71,37 +71,38 @@ json::Value parse_body(const HttpRequest& request) {
     }
 }
 
-void require_method(const HttpRequest& request, const char* method) {
+void require_method(const http::HttpRequest& request, const char* method) {
     if (request.method != method)
         throw ApiError(405, "method " + request.method + " is not allowed on " + request.path + " (use " + method + ")");
 }
 
 }  // namespace
 
-Reply OpenAiServer::route(const HttpRequest& request, std::string& route_name) {
+http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& route_name) {
     const std::string& path = request.path;
     if (request.method == "OPTIONS") {
         route_name = "options";
-        HttpResponse r = HttpResponse::text(204, "", "");
+        http::HttpResponse r = http::HttpResponse::text(204, "", "");
         r.headers = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
                      {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
                      {"Access-Control-Max-Age", "86400"}};
-        return Reply(r);
+        return http::Reply(r);
     }
     if (path == "/health") {
         route_name = path;
-        return Reply(HttpResponse::json(200, "{\"status\":\"ok\"}"));
+        return http::Reply(http::HttpResponse::json(200, "{\"status\":\"ok\"}"));
     }
     if (path == "/metrics") {
         route_name = path;
         require_method(request, "GET");
-        return Reply(HttpResponse::text(200, ctx_.metrics.render(ctx_.engine.stats(), ctx_.options.model_name),
-                                        "text/plain; version=0.0.4; charset=utf-8"));
+        return http::Reply(http::HttpResponse::text(200,
+                                                    ctx_.metrics.render(ctx_.engine.stats(), ctx_.options.model_name),
+                                                    "text/plain; version=0.0.4; charset=utf-8"));
     }
     if (path == "/" || path == "/index.html") {
         route_name = "/";
         require_method(request, "GET");
-        return Reply(HttpResponse::text(200, chat_page_html(), "text/html; charset=utf-8"));
+        return http::Reply(http::HttpResponse::text(200, chat_page_html(), "text/html; charset=utf-8"));
     }
     if (path.rfind("/v1/", 0) != 0) {
         route_name = "other";
@@ -112,13 +113,13 @@ Reply OpenAiServer::route(const HttpRequest& request, std::string& route_name) {
         throw ApiError(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "", "invalid_api_key");
     if (path == "/v1/models") {
         require_method(request, "GET");
-        return Reply(models());
+        return http::Reply(models());
     }
     if (path.rfind("/v1/models/", 0) == 0) {
         require_method(request, "GET");
         check_model(ctx_, path.substr(11));
         json::Value list = json::parse(models().body);
-        return Reply(HttpResponse::json(200, list.at("data").as_array()[0].dump()));
+        return http::Reply(http::HttpResponse::json(200, list.at("data").as_array()[0].dump()));
     }
     if (path == "/v1/chat/completions") {
         require_method(request, "POST");
@@ -135,25 +136,25 @@ Reply OpenAiServer::route(const HttpRequest& request, std::string& route_name) {
     if (path.rfind("/v1/responses/", 0) == 0) {
         route_name = "/v1/responses/{id}";
         const std::string id = path.substr(14);
-        if (request.method == "GET") return Reply(get_stored_response(ctx_, id));
-        if (request.method == "DELETE") return Reply(delete_stored_response(ctx_, id));
+        if (request.method == "GET") return http::Reply(get_stored_response(ctx_, id));
+        if (request.method == "DELETE") return http::Reply(delete_stored_response(ctx_, id));
         throw ApiError(405, "method " + request.method + " is not allowed on /v1/responses/{id} (use GET or DELETE)");
     }
     throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
 }
 
-Reply OpenAiServer::handle(const HttpRequest& request) {
+http::Reply OpenAiServer::handle(const http::HttpRequest& request) {
     std::string route_name = "other";
-    Reply reply;
+    http::Reply reply;
     try {
         reply = route(request, route_name);
     } catch (const ApiError& e) {
-        reply = Reply(error_response(e));
+        reply = http::Reply(error_response(e));
     } catch (const Error& e) {
-        reply = Reply(error_response(ApiError(400, e.what())));
+        reply = http::Reply(error_response(ApiError(400, e.what())));
     } catch (const std::exception& e) {
         log::error("internal error on ", request.method, " ", request.path, ": ", e.what());
-        reply = Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
+        reply = http::Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
     }
     const int status = reply.job ? 200 : reply.response.status;
     ctx_.metrics.http_request(route_name, status);

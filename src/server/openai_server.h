@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "server/http_server.h"
+#include "http/server.h"
 #include "server/server_context.h"
 
 namespace osprey::server {
@@ -16,16 +16,16 @@ class OpenAiServer {
 public:
     OpenAiServer(engine::Engine& engine, const tok::Tokenizer& tokenizer, ServerOptions options);
 
-    Reply handle(const HttpRequest& request);
+    http::Reply handle(const http::HttpRequest& request);
     ServerContext& context() { return ctx_; }
 
-    // HttpServerOptions::error_response for transport errors (400, 413, 431, ...).
-    static HttpResponse transport_error(int status, const std::string& message);
+    // http::HttpServerOptions::error_response for transport errors (400, 413, 431, ...).
+    static http::HttpResponse transport_error(int status, const std::string& message);
 
 private:
-    Reply route(const HttpRequest& request, std::string& route_name);
-    bool authorized(const HttpRequest& request) const;
-    HttpResponse models() const;
+    http::Reply route(const http::HttpRequest& request, std::string& route_name);
+    bool authorized(const http::HttpRequest& request) const;
+    http::HttpResponse models() const;
 
     ServerContext ctx_;
 };

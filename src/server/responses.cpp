@@ -9,18 +9,31 @@
 #include <span>
 
 #include "core/log.h"
-#include "harmony/render.h"
-#include "harmony/special_tokens.h"
+#include "frontend/chat_output.h"
+#include "frontend/harmony_prompt.h"
+#include "frontend/submit.h"
+#include "http/sse.h"
 #include "server/api_error.h"
-#include "server/chat_output.h"
+#include "server/generation_fields.h"
 #include "server/generation_job.h"
-#include "server/harmony_prompt.h"
+#include "server/harmony_fields.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
 
 namespace osprey::server {
 
 using namespace harmony;
+using frontend::Api;
+using frontend::ChatDelta;
+using frontend::ChatOutput;
+using frontend::ChatOutputOptions;
+using frontend::ForcedCall;
+using frontend::GenerationParams;
+using frontend::PromptSpec;
+using frontend::tool_call_message;
+using frontend::tool_result_message;
+using frontend::ToolCall;
+using frontend::ToolCallDelta;
 
 namespace {
 
@@ -226,14 +239,14 @@ private:
         v.set("type", type);
         v.set("sequence_number", sequence_++);
         v.set(key, std::move(value));
-        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+        return http::sse_event(v.dump(), type);
     }
     std::string event(const char* type, json::Value fields) {
         json::Value v;
         v.set("type", type);
         v.set("sequence_number", sequence_++);
         for (auto& [k, x] : fields.as_object()) v.set(k, x);
-        return std::string("event: ") + type + "\ndata: " + v.dump() + "\n\n";
+        return http::sse_event(v.dump(), type);
     }
 
     json::Value item_json(size_t i, const char* status) const {
@@ -430,7 +443,7 @@ private:
             const bool streamed =
                 open_ >= 0 && items_[size_t(open_)].kind == "function_call" && items_[size_t(open_)].call_id == call.id;
             const size_t i = streamed ? size_t(open_) : open_item("function_call", p, call.name, call.id);
-            items_[i].text = call.arguments;  // equal to the streamed pieces (chat_output.h)
+            items_[i].text = call.arguments;  // equal to the streamed pieces (frontend/chat_output.h)
             items_[i].complete = true;
             close_item(p);
         }
@@ -481,7 +494,7 @@ private:
             p.response = error_response(ApiError(500, error_));
             return;
         }
-        p.response = HttpResponse::json(200, response.dump());
+        p.response = http::HttpResponse::json(200, response.dump());
     }
 
     struct Item {
@@ -510,44 +523,31 @@ private:
 
 }  // namespace
 
-Reply handle_responses(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     ResponsesRequest r = parse_responses_request(ctx, body);
-    const Conversation conversation = build_conversation(r.spec);
-    std::vector<int32_t> prompt;
-    try {
-        prompt = render_for_completion(conversation).tokens(ctx.tokenizer);
-    } catch (const ApiError&) {
-        throw;
-    } catch (const Error& e) {
-        throw ApiError(400, std::string("input: ") + e.what(), "input");
-    }
-    const std::vector<int32_t> primed =
-        r.forced.on ? forced_call_tokens(ctx.tokenizer, r.forced) : std::vector<int32_t>{};
-    prompt.insert(prompt.end(), primed.begin(), primed.end());
-    engine::Request request;
-    request.id = "response";
-    request.max_new_tokens = resolve_max_tokens(r.params, Api::responses, int(prompt.size()), ctx.max_model_len, "input",
-                                                ctx.options.default_max_tokens);
-    request.prompt = std::move(prompt);
-    request.sampling = r.params.sampling;
-    request.stop_token_ids.assign(std::begin(kAssistantActionStopTokens), std::end(kAssistantActionStopTokens));
-    auto stream = submit(ctx, std::move(request));
-    return Reply(std::make_unique<ResponsesJob>(ctx, std::move(stream), std::move(r), primed));
+    const Conversation conversation = frontend::build_conversation(r.spec);
+    frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "response",
+                                                                     .conversation = conversation,
+                                                                     .forced = r.forced,
+                                                                     .params = r.params,
+                                                                     .api = Api::responses,
+                                                                     .prompt_param = "input"});
+    return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(s.stream), std::move(r), s.primed));
 }
 
-HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {
+http::HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {
     auto r = ctx.responses.get(id);
     if (!r) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
-    return HttpResponse::json(200, r->response.dump());
+    return http::HttpResponse::json(200, r->response.dump());
 }
 
-HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id) {
+http::HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id) {
     if (!ctx.responses.erase(id)) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
     json::Value v;
     v.set("id", id);
     v.set("object", "response.deleted");
     v.set("deleted", true);
-    return HttpResponse::json(200, v.dump());
+    return http::HttpResponse::json(200, v.dump());
 }
 
 }  // namespace osprey::server

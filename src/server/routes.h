@@ -7,22 +7,19 @@
 
 #include "core/json.h"
 #include "engine/request.h"
-#include "server/http_server.h"
+#include "http/server.h"
 #include "server/server_context.h"
 
 namespace osprey::server {
 
-Reply handle_chat_completions(ServerContext& ctx, const json::Value& body);
-Reply handle_completions(ServerContext& ctx, const json::Value& body);
-Reply handle_responses(ServerContext& ctx, const json::Value& body);
-HttpResponse get_stored_response(ServerContext& ctx, const std::string& id);
-HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id);
+http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body);
+http::Reply handle_completions(ServerContext& ctx, const json::Value& body);
+http::Reply handle_responses(ServerContext& ctx, const json::Value& body);
+http::HttpResponse get_stored_response(ServerContext& ctx, const std::string& id);
+http::HttpResponse delete_stored_response(ServerContext& ctx, const std::string& id);
 
 // Throws ApiError(404, model_not_found) unless `model` is the served model.
 void check_model(const ServerContext& ctx, const std::string& model);
-
-// Submits to the engine, turning its validation errors (osprey::Error) into ApiError 400.
-std::shared_ptr<engine::RequestStream> submit(ServerContext& ctx, engine::Request request);
 
 // OpenAI's per-token logprob object {"token", "logprob", "bytes", "top_logprobs": [...]}.
 json::Value token_logprob_json(const tok::Tokenizer& tokenizer, const engine::Event& e);

@@ -7,7 +7,8 @@
 #include <string>
 
 #include "engine/engine.h"
-#include "server/generation_params.h"
+#include "frontend/submit.h"
+#include "server/generation_fields.h"
 #include "server/metrics.h"
 #include "server/response_store.h"
 #include "tokenizer/tokenizer.h"
@@ -35,6 +36,9 @@ struct ServerContext {
 
     ServerContext(engine::Engine& e, const tok::Tokenizer& t, ServerOptions o)
         : engine(e), tokenizer(t), options(std::move(o)), responses(options.max_stored_responses) {}
+
+    // The engine, tokenizer and context limits, for the front end's submit_rendered().
+    frontend::SubmitTarget target() { return {engine, tokenizer, max_model_len, options.default_max_tokens}; }
 
     // A new id with this prefix: "chatcmpl-1a2b...".
     std::string new_id(const char* prefix);

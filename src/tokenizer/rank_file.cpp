@@ -2,8 +2,6 @@
 #include "tokenizer/rank_file.h"
 
 #include <charconv>
-#include <fstream>
-#include <iterator>
 
 #include "core/check.h"
 
@@ -85,14 +83,6 @@ std::vector<std::string> parse_tiktoken_ranks(std::string_view text, std::string
         OSPREY_CHECK(seen[r], source, ": rank ", r, " is missing (ranks must be 0..", tokens.size() - 1, ")");
     }
     return tokens;
-}
-
-std::string read_file_bytes(const std::filesystem::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    OSPREY_CHECK(in.good(), "cannot open '", path.string(), "'");
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    OSPREY_CHECK(!in.bad(), "error reading '", path.string(), "'");
-    return data;
 }
 
 }  // namespace osprey::tok

@@ -2,7 +2,6 @@
 // Test: tests/tokenizer/test_rank_file.cpp.
 #pragma once
 
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -15,8 +14,5 @@ constexpr std::string_view kO200kSha256 = "446a9538cb6c348e3516120d7c08b09f57c36
 // Parses the text of a rank file into tokens[rank]. Ranks must be exactly 0..N-1, each once.
 // Throws osprey::Error naming `source`, the line and the problem.
 std::vector<std::string> parse_tiktoken_ranks(std::string_view text, std::string_view source);
-
-// Reads the whole file into memory (throws naming the path when it cannot).
-std::string read_file_bytes(const std::filesystem::path& path);
 
 }  // namespace osprey::tok

@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "core/utf8.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_json.h"
@@ -71,7 +72,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_tiktoken_file(const std::filesystem::path& rank_file) {
-    const std::string text = read_file_bytes(rank_file);
+    const std::string text = read_file(rank_file);
     std::vector<std::string> tokens = parse_tiktoken_ranks(text, rank_file.string());
     const std::string digest = sha256_hex(text);
     OSPREY_CHECK(digest == kO200kSha256, rank_file.string(), ": sha256 is ", digest, ", expected ", kO200kSha256,
@@ -80,7 +81,7 @@ Tokenizer Tokenizer::from_tiktoken_file(const std::filesystem::path& rank_file) 
 }
 
 Tokenizer Tokenizer::from_hf_json(const std::filesystem::path& tokenizer_json) {
-    const std::string text = read_file_bytes(tokenizer_json);
+    const std::string text = read_file(tokenizer_json);
     std::vector<std::string> tokens = parse_hf_tokenizer_json(text, tokenizer_json.string());
     return Tokenizer(std::make_unique<Impl>(std::move(tokens)));
 }

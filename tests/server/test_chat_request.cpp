@@ -1,6 +1,6 @@
 // Chat requests -> Harmony (src/server/chat_request.h) and the validation of sampling parameters
-// (src/server/generation_params.h): the rendered prompt of tool history and reasoning, and errors that
-// name the field.
+// (src/server/generation_fields.h, src/frontend/generation_params.h): the rendered prompt of tool
+// history and reasoning, and errors that name the field.
 #include <gtest/gtest.h>
 
 #include "harmony/render.h"
@@ -9,6 +9,10 @@
 
 namespace osprey::server {
 namespace {
+
+using frontend::Api;
+using frontend::GenerationParams;
+using frontend::resolve_max_tokens;
 
 ChatRequest parse(const std::string& text) { return parse_chat_request(json::parse(text), GenerationLimits{}); }
 

@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <random>
 
+#include "http/message.h"
 #include "server/api_error.h"
 #include "server/chat_request.h"
-#include "server/http_message.h"
 
 namespace osprey::server {
 namespace {
@@ -40,16 +40,16 @@ TEST(RequestFuzz, HttpParserNeverCrashes) {
         "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\nConnection: keep-alive\r\n\r\n{\"a\":1}",
         "GET /v1/models?x=1 HTTP/1.0\r\nAuthorization: Bearer k\r\n\r\nGET / HTTP/1.1\r\n\r\n",
     };
-    HttpLimits limits;
+    http::HttpLimits limits;
     limits.max_body_bytes = 64;
     limits.max_header_bytes = 200;
     for (int i = 0; i < iterations(); ++i) {
         std::string b = mutate(seeds[i % 2], rng);
-        std::optional<HttpParseError> err;
+        std::optional<http::HttpParseError> err;
         for (int k = 0; k < 4; ++k) {
             const size_t before = b.size();
-            std::optional<HttpRequest> r;
-            ASSERT_NO_THROW(r = parse_http_request(b, limits, err));
+            std::optional<http::HttpRequest> r;
+            ASSERT_NO_THROW(r = http::parse_http_request(b, limits, err));
             if (err) {
                 EXPECT_GE(err->status, 400);
                 EXPECT_FALSE(err->message.empty());

@@ -34,11 +34,11 @@ protected:
         ServerOptions so;
         so.model_name = "m";
         api_ = std::make_unique<OpenAiServer>(*engine_, test::harmony_tokenizer(), so);
-        HttpServerOptions ho;
+        http::HttpServerOptions ho;
         ho.port = 0;
         ho.limits.max_body_bytes = 4096;
         ho.error_response = OpenAiServer::transport_error;
-        http_ = std::make_unique<HttpServer>(ho, [this](const HttpRequest& r) { return api_->handle(r); });
+        http_ = std::make_unique<http::HttpServer>(ho, [this](const http::HttpRequest& r) { return api_->handle(r); });
         loop_ = std::thread([this] { http_->run(); });
     }
     void TearDown() override {
@@ -100,7 +100,7 @@ protected:
     std::unique_ptr<model::ScriptedRunner> runner_;
     std::unique_ptr<engine::Engine> engine_;
     std::unique_ptr<OpenAiServer> api_;
-    std::unique_ptr<HttpServer> http_;
+    std::unique_ptr<http::HttpServer> http_;
     std::thread loop_;
 };
 
@@ -198,6 +198,23 @@ TEST_F(ServerE2E, ErrorsAreOpenAiShaped) {
     EXPECT_NE(r.find(R"("type":"not_found_error","param":"model","code":"model_not_found")"), std::string::npos) << r;
     send_all(fd, post("/v1/completions", std::string("{\"model\": \"m\", \"prompt\": \"\xc3\x28\"}")));
     EXPECT_NE(read_response(fd, buffer).find("not valid UTF-8"), std::string::npos);
+    ::close(fd);
+}
+
+// Chat completions and responses submit through the front end's one submit_rendered(); its errors
+// still name each API's own fields.
+TEST_F(ServerE2E, OutputLimitErrorsNameEachApisField) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, chat(200000, false));  // the legacy max_tokens; the error names its successor
+    const std::string c = read_response(fd, buffer);
+    EXPECT_NE(c.find("HTTP/1.1 400"), std::string::npos) << c;
+    EXPECT_NE(c.find("max_completion_tokens asks for 200000 more"), std::string::npos) << c;
+    EXPECT_NE(c.find(R"("param":"max_completion_tokens","code":"context_length_exceeded")"), std::string::npos) << c;
+    send_all(fd, post("/v1/responses", R"({"model": "m", "input": "hi", "max_output_tokens": 200000})"));
+    const std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 400"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("param":"max_output_tokens","code":"context_length_exceeded")"), std::string::npos) << r;
     ::close(fd);
 }
 

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "tokenizer/rank_file.h"
 #include "tokenizer/sha256.h"
 #include "tokenizer_fixture.h"
@@ -21,7 +22,7 @@ std::string error_of(std::string_view text) {
 }
 
 TEST(rank_file, real_file_matches_the_spec) {
-    const std::string text = read_file_bytes(test::rank_file_path());
+    const std::string text = read_file(test::rank_file_path());
     EXPECT_EQ(text.size(), 3613922u);
     EXPECT_EQ(sha256_hex(text), kO200kSha256);
     const auto tokens = parse_tiktoken_ranks(text, "o200k");
@@ -55,7 +56,7 @@ TEST(rank_file, corruptions_are_named) {
 }
 
 TEST(rank_file, a_changed_file_fails_the_hash_check) {
-    std::string text = read_file_bytes(test::rank_file_path());
+    std::string text = read_file(test::rank_file_path());
     // Swap the bytes of ranks 0 and 1: still a well-formed file, but not o200k_base.
     ASSERT_EQ(text.compare(0, 14, "IQ== 0\nIg== 1\n"), 0);
     text.replace(0, 14, "Ig== 0\nIQ== 1\n");

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "core/check.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "core/utf8.h"
 #include "tokenizer/rank_file.h"
@@ -17,7 +18,7 @@ namespace {
 
 const json::Value& known_answers() {
     static const json::Value v = json::parse(
-        read_file_bytes(std::filesystem::path(OSPREY_SHARED_DIR) / "conformance/tokenizer/o200k_known_answers.json"));
+        read_file(std::filesystem::path(OSPREY_SHARED_DIR) / "conformance/tokenizer/o200k_known_answers.json"));
     return v;
 }
 

@@ -1,22 +1,22 @@
 // The Harmony front end's input side, shared by /v1/chat/completions and /v1/responses: builds the
 // Harmony conversation of a request (system message with the reasoning effort and date, developer
-// message with the client's system/developer instructions and function tools, then the turns).
-// Spec: shared/spec/harmony.md §3-§6. Tests: tests/server/test_chat_request.cpp.
+// message with the client's system/developer instructions and function tools, then the turns), the
+// forced tool call's header and the messages of earlier tool calls. The routes read these values from
+// the request's JSON. Spec: shared/spec/harmony.md §3-§6.
+// Tests: tests/server/test_chat_request.cpp, tests/frontend/test_chat_output.cpp.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
-#include "core/json.h"
 #include "harmony/message.h"
 
 namespace osprey::tok {
 class Tokenizer;
 }
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 struct PromptSpec {
     std::vector<std::string> instructions;  // client system + developer texts, in order
@@ -29,18 +29,6 @@ struct PromptSpec {
 // message when there are instructions or tools, then the turns.
 harmony::Conversation build_conversation(const PromptSpec& spec);
 
-// "low" | "medium" | "high" (also "minimal" -> low); ApiError naming `param` otherwise.
-harmony::ReasoningEffort parse_effort(const json::Value& value, const std::string& param);
-
-// One function tool: {"name", "description"?, "parameters"?, "strict"?} (the chat API nests this
-// under "function"; the responses API puts it at the top level beside "type").
-harmony::ToolDescription parse_function(const json::Value& value, const std::string& param,
-                                        std::initializer_list<std::string_view> extra_keys = {});
-
-// Text of a message content: a string, or an array of text parts ({"type": text_type, "text"}).
-std::string content_text(const json::Value& value, const std::string& param,
-                         std::initializer_list<std::string_view> text_types = {"text"});
-
 // tool_choice "required" or a named function: the assistant's turn is made to start with a function
 // call by ending the prompt with the call's header (`<|channel|>commentary to=functions.NAME
 // <|constrain|>json<|message|>`, or up to `to=functions.` for "required", where the model writes the
@@ -49,13 +37,6 @@ struct ForcedCall {
     bool on = false;
     std::string name;  // empty: any of the request's functions
 };
-
-// tool_choice of either API: "none" drops the tools and sets tools_enabled false, "auto" changes
-// nothing, "required" or {"type": "function", <name>} forces a call (a named one keeps only that
-// tool). The chat API nests the name ({"function": {"name"}}, nested_name), the responses API puts
-// "name" at the top level. A forced call without tools, or an unknown name, is an ApiError.
-ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name, std::vector<harmony::ToolDescription>& tools,
-                             bool& tools_enabled);
 
 // The forced call's header tokens, appended to a prompt rendered for completion (which ends
 // <|start|>assistant) and given to ChatOutput::prime.
@@ -66,4 +47,4 @@ harmony::Message tool_call_message(const std::string& name, const std::string& a
 // A tool's result: author functions.name, to=assistant, commentary.
 harmony::Message tool_result_message(const std::string& name, const std::string& output);
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

@@ -1,6 +1,6 @@
 // HTTP/1.1 messages: an incremental request parser (request line, headers, Content-Length body,
 // with limits on header and body size) and response serialisation. Transport only: no JSON, no
-// routes. Tests: tests/server/test_http_message.cpp.
+// routes. Tests: tests/http/test_message.cpp.
 #pragma once
 
 #include <cstddef>
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace osprey::server {
+namespace osprey::http {
 
 struct HttpRequest {
     std::string method;   // "GET", "POST", ...
@@ -63,4 +63,4 @@ std::string serialize_chunked_head(int status, std::string_view content_type, bo
 std::string chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";
 
-}  // namespace osprey::server
+}  // namespace osprey::http

@@ -1,4 +1,4 @@
-// The Harmony front end's output side on scripted token sequences (src/server/chat_output.h): what a
+// The Harmony front end's output side on scripted token sequences (src/frontend/chat_output.h): what a
 // client sees for reasoning, answers, tool calls, stop strings and malformed model output.
 #include <gtest/gtest.h>
 
@@ -7,16 +7,16 @@
 
 #include "core/json.h"
 #include "harmony/special_tokens.h"
-#include "server/chat_output.h"
-#include "server/harmony_prompt.h"
-#include "server/json_prefix.h"
-#include "server/stop_strings.h"
-#include "server_test_util.h"
+#include "frontend/chat_output.h"
+#include "frontend/harmony_prompt.h"
+#include "frontend/json_prefix.h"
+#include "frontend/stop_strings.h"
+#include "tokenizer/tokenizer_fixture.h"
 
-namespace osprey::server {
+namespace osprey::frontend {
 namespace {
 
-using test::harmony_tokenizer;
+const tok::Tokenizer& harmony_tokenizer() { return tok::test::o200k(); }
 
 // Runs `text` (Harmony, special tokens allowed) through a ChatOutput token by token, as the engine
 // would: a trailing <|return|> / <|call|> is the stop token given to finish(), not a token.
@@ -318,4 +318,4 @@ TEST(StopStrings, HoldsBackPossibleStartsOnly) {
 }
 
 }  // namespace
-}  // namespace osprey::server
+}  // namespace osprey::frontend

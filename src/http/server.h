@@ -2,7 +2,7 @@
 // requests answered in order, responses that complete later (asynchronous jobs, e.g. a generation)
 // and chunked streaming (server-sent events). Idle connections cost a file descriptor and a few
 // buffers, never a thread. A job's producer (the engine thread) wakes the loop through wake(); a
-// client that disconnects gets its job cancelled at once. Tests: tests/server/test_http_server.cpp.
+// client that disconnects gets its job cancelled at once. Tests: tests/server/test_server_e2e.cpp (in-process).
 #pragma once
 
 #include <atomic>
@@ -15,9 +15,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "server/http_message.h"
+#include "http/message.h"
 
-namespace osprey::server {
+namespace osprey::http {
 
 // Wakes the event loop for one connection's job; safe from any thread, and after the connection or
 // the server is gone (then it does nothing).
@@ -118,4 +118,4 @@ private:
     bool accept_paused_ = false;  // out of file descriptors: the listening socket is not watched
 };
 
-}  // namespace osprey::server
+}  // namespace osprey::http

@@ -1,7 +1,7 @@
-// OpenAI sampling parameters -> the engine's: temperature, top_p, max_tokens /
-// max_completion_tokens / max_output_tokens, stop, seed, n, logprobs / top_logprobs, presence /
-// frequency penalties, logit_bias; extensions top_k, min_p, repetition_penalty (as in vLLM).
-// Wrong types and ranges throw ApiError naming the field. Tests: tests/server/test_generation_params.cpp.
+// What a request asks to generate, as the routes read it from OpenAI's parameters: sampling, the
+// output limit, stop strings, n, streaming. The front end submits it to the engine;
+// resolve_max_tokens fits the output limit to the context.
+// Tests: tests/server/test_chat_request.cpp.
 #pragma once
 
 #include <cstdint>
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "core/sampling.h"
-#include "server/json_fields.h"
 
-namespace osprey::server {
+namespace osprey::frontend {
 
-// Which API's spelling of the parameters to read.
+// The API a request came through: which spelling of the parameters the routes read, and which
+// max-tokens field errors name.
 enum class Api { chat, completions, responses };
 
 struct GenerationParams {
@@ -27,19 +27,10 @@ struct GenerationParams {
     bool echo = false;                // completions: prepend the prompt
 };
 
-struct GenerationLimits {
-    int max_n = 16;
-    int max_top_logprobs = 20;
-    int vocab_size = 201088;
-};
-
-// Reads every sampling-related member of `f` that `api` knows (marking them used).
-GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLimits& limits);
-
 // Picks max_new_tokens for a prompt of n_prompt tokens (without a max-tokens field: default_max when
 // > 0, else the rest of the context, as vLLM does), or throws ApiError(400, context_length_exceeded)
 // naming `prompt_param` or the max-tokens field.
 int resolve_max_tokens(const GenerationParams& p, Api api, int n_prompt, int max_model_len,
                        const std::string& prompt_param, int default_max = 0);
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

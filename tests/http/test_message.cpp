@@ -1,9 +1,9 @@
-// HTTP/1.1 request parsing and response serialisation (src/server/http_message.h).
+// HTTP/1.1 request parsing and response serialisation (src/http/message.h).
 #include <gtest/gtest.h>
 
-#include "server/http_message.h"
+#include "http/message.h"
 
-namespace osprey::server {
+namespace osprey::http {
 namespace {
 
 std::optional<HttpRequest> parse(std::string& buffer, std::optional<HttpParseError>& error, HttpLimits limits = {}) {
@@ -100,4 +100,4 @@ TEST(HttpMessage, SerializesResponsesAndChunks) {
 }
 
 }  // namespace
-}  // namespace osprey::server
+}  // namespace osprey::http

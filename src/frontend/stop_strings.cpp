@@ -1,11 +1,11 @@
 // Stop-string matching over streamed text (see stop_strings.h).
-#include "server/stop_strings.h"
+#include "frontend/stop_strings.h"
 
 #include <algorithm>
 
 #include "core/utf8.h"
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 std::string StopStrings::push(std::string_view text) {
     if (matched_) return {};
@@ -48,4 +48,4 @@ std::string StopStrings::flush() {
     return out;
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

@@ -3,13 +3,13 @@
 // \u escapes (a lone low surrogate, or a high one not followed by a low one, is rejected as soon as
 // its digits show it) and numbers out of double range (a number whose exponent can still be
 // extended is viable while some extension lands in range).
-#include "server/json_prefix.h"
+#include "frontend/json_prefix.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 namespace {
 
@@ -303,4 +303,4 @@ bool JsonPrefix::number_byte(uint8_t c) {
     return step(c);
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

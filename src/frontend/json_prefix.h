@@ -3,7 +3,7 @@
 // options: depth limit 128, UTF-8 validated, numbers in double range) accepts. It accepts every
 // prefix of every valid document and rejects at the first byte after which no completion is valid.
 // Used to stream a tool call's arguments only while they can still become valid JSON.
-// Tests: tests/server/test_json_prefix.cpp (differential against json::parse).
+// Tests: tests/frontend/test_json_prefix.cpp (differential against json::parse).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 class JsonPrefix {
 public:
@@ -58,4 +58,4 @@ private:
     std::string number_;
 };
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

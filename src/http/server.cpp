@@ -1,5 +1,5 @@
-// The epoll event loop (see http_server.h).
-#include "server/http_server.h"
+// The epoll event loop (see server.h).
+#include "http/server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -18,7 +18,7 @@
 #include "core/check.h"
 #include "core/log.h"
 
-namespace osprey::server {
+namespace osprey::http {
 
 namespace {
 
@@ -407,4 +407,4 @@ void HttpServer::sweep_timeouts() {
     for (uint64_t id : expired) close_connection(id);
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::http

@@ -1,11 +1,11 @@
-// HTTP/1.1 request parsing and response serialisation (see http_message.h).
-#include "server/http_message.h"
+// HTTP/1.1 request parsing and response serialisation (see message.h).
+#include "http/message.h"
 
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 
-namespace osprey::server {
+namespace osprey::http {
 
 namespace {
 
@@ -224,4 +224,4 @@ std::string chunk(std::string_view data) {
     return out;
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::http

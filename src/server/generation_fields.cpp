@@ -1,27 +1,20 @@
-// OpenAI sampling parameters -> SamplingParams (see generation_params.h).
-#include "server/generation_params.h"
+// OpenAI sampling parameters -> SamplingParams (see generation_fields.h).
+#include "server/generation_fields.h"
 
-#include <algorithm>
 #include <random>
 
 #include "server/api_error.h"
 
 namespace osprey::server {
 
+using frontend::Api;
+using frontend::GenerationParams;
+
 namespace {
 
 uint64_t random_seed() {
     static thread_local std::mt19937_64 rng(std::random_device{}());
     return rng();
-}
-
-const char* max_tokens_field(Api api) {
-    switch (api) {
-        case Api::chat: return "max_completion_tokens";
-        case Api::completions: return "max_tokens";
-        case Api::responses: return "max_output_tokens";
-    }
-    return "max_tokens";
 }
 
 }  // namespace
@@ -133,23 +126,6 @@ GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLim
         }
     }
     return p;
-}
-
-int resolve_max_tokens(const GenerationParams& p, Api api, int n_prompt, int max_model_len,
-                       const std::string& prompt_param, int default_max) {
-    if (n_prompt >= max_model_len)
-        throw ApiError(400,
-                       str("the prompt has ", n_prompt, " tokens, but this model's maximum context length is ",
-                           max_model_len, " tokens (prompt and output together)"),
-                       prompt_param, "context_length_exceeded");
-    if (!p.max_tokens) return default_max > 0 ? std::min(default_max, max_model_len - n_prompt) : max_model_len - n_prompt;
-    if (int64_t(n_prompt) + *p.max_tokens > max_model_len)
-        throw ApiError(400,
-                       str("this model's maximum context length is ", max_model_len, " tokens; the prompt has ",
-                           n_prompt, " and ", max_tokens_field(api), " asks for ", *p.max_tokens,
-                           " more (at most ", max_model_len - n_prompt, " fit)"),
-                       max_tokens_field(api), "context_length_exceeded");
-    return *p.max_tokens;
 }
 
 }  // namespace osprey::server

@@ -1,12 +1,12 @@
 // Text-level stop strings for streamed output: text is released only once it cannot be the start
-// of a stop string, and everything from the first match on is dropped. Tests: test_chat_output.cpp.
+// of a stop string, and everything from the first match on is dropped. Tests: tests/frontend/test_chat_output.cpp.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 class StopStrings {
 public:
@@ -25,4 +25,4 @@ private:
     bool matched_ = false;
 };
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

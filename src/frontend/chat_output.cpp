@@ -1,5 +1,5 @@
 // Generated Harmony tokens -> chat deltas (see chat_output.h).
-#include "server/chat_output.h"
+#include "frontend/chat_output.h"
 
 #include <random>
 #include <utility>
@@ -7,7 +7,7 @@
 #include "core/json.h"
 #include "harmony/special_tokens.h"
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 using harmony::EventKind;
 
@@ -195,4 +195,4 @@ std::string ChatOutput::finish_reason(engine::FinishReason reason) const {
     return "stop";
 }
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

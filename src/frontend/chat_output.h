@@ -9,7 +9,7 @@
 // whose arguments end up not JSON (malformed, or cut by the length limit) is never completed: its
 // pieces stop at the last viable prefix, and its whole text is reported as content, as in the
 // non-streaming answer. Stop strings apply to the content.
-// Tests: tests/server/test_chat_output.cpp (scripted token sequences).
+// Tests: tests/frontend/test_chat_output.cpp (scripted token sequences).
 #pragma once
 
 #include <cstdint>
@@ -19,14 +19,14 @@
 
 #include "engine/request.h"
 #include "harmony/stream_parser.h"
-#include "server/json_prefix.h"
-#include "server/stop_strings.h"
+#include "frontend/json_prefix.h"
+#include "frontend/stop_strings.h"
 
 namespace osprey::tok {
 class Tokenizer;
 }
 
-namespace osprey::server {
+namespace osprey::frontend {
 
 struct ToolCall {
     std::string id;         // "call_<random>"
@@ -116,4 +116,4 @@ private:
 
 std::string new_call_id();  // "call_" + 24 random alphanumerics
 
-}  // namespace osprey::server
+}  // namespace osprey::frontend

@@ -1,4 +1,4 @@
-// The incremental JSON-prefix check (src/server/json_prefix.h) against json::parse: every prefix of
+// The incremental JSON-prefix check (src/frontend/json_prefix.h) against json::parse: every prefix of
 // every document the parser accepts is viable (so it never rejects too early), every viable prefix
 // can be completed into a document the parser accepts (so it never accepts too long; the completion
 // is built greedily, driven by the check itself), and on any text "viable and complete" agrees with
@@ -10,9 +10,9 @@
 #include <random>
 
 #include "core/json.h"
-#include "server/json_prefix.h"
+#include "frontend/json_prefix.h"
 
-namespace osprey::server {
+namespace osprey::frontend {
 namespace {
 
 bool parses(const std::string& text) {
@@ -214,4 +214,4 @@ TEST(JsonPrefix, NestingLimitAsTheParser) {
 }
 
 }  // namespace
-}  // namespace osprey::server
+}  // namespace osprey::frontend

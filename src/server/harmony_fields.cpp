@@ -1,10 +1,8 @@
-// Requests -> Harmony conversations (see harmony_prompt.h).
-#include "server/harmony_prompt.h"
+// Chat and responses request members -> Harmony values (see harmony_fields.h).
+#include "server/harmony_fields.h"
 
-#include <ctime>
+#include <cctype>
 
-#include "harmony/render.h"
-#include "harmony/special_tokens.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
 
@@ -14,15 +12,6 @@ using namespace harmony;
 
 namespace {
 
-std::string today() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    ::gmtime_r(&now, &tm);
-    char buf[16];
-    std::strftime(buf, sizeof buf, "%Y-%m-%d", &tm);
-    return buf;
-}
-
 bool valid_function_name(const std::string& name) {
     if (name.empty() || name.size() > 64) return false;
     for (char c : name)
@@ -31,26 +20,6 @@ bool valid_function_name(const std::string& name) {
 }
 
 }  // namespace
-
-Conversation build_conversation(const PromptSpec& spec) {
-    Conversation c;
-    SystemContent system;
-    system.reasoning_effort = spec.effort;
-    system.conversation_start_date = today();
-    c.messages.push_back(Message::system(system));
-    if (!spec.instructions.empty() || !spec.tools.empty()) {
-        DeveloperContent developer;
-        if (!spec.instructions.empty()) {
-            std::string text;
-            for (size_t i = 0; i < spec.instructions.size(); ++i) text += (i ? "\n\n" : "") + spec.instructions[i];
-            developer.instructions = text;
-        }
-        if (!spec.tools.empty()) developer.with_function_tools(spec.tools);
-        c.messages.push_back(Message::developer(developer));
-    }
-    for (const Message& m : spec.turns) c.messages.push_back(m);
-    return c;
-}
 
 ReasoningEffort parse_effort(const json::Value& value, const std::string& param) {
     if (!value.is_string()) wrong_type(param, "a string", value);
@@ -105,19 +74,9 @@ std::string content_text(const json::Value& value, const std::string& param,
     return text;
 }
 
-Message tool_call_message(const std::string& name, const std::string& arguments) {
-    return Message::assistant(arguments, "commentary")
-        .with_recipient("functions." + name)
-        .with_content_type("<|constrain|>json");
-}
-
-Message tool_result_message(const std::string& name, const std::string& output) {
-    return Message::tool("functions." + name, output).with_recipient("assistant").with_channel("commentary");
-}
-
-ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name, std::vector<harmony::ToolDescription>& tools,
-                             bool& tools_enabled) {
-    ForcedCall forced;
+frontend::ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name,
+                                       std::vector<harmony::ToolDescription>& tools, bool& tools_enabled) {
+    frontend::ForcedCall forced;
     if (choice.is_string()) {
         const std::string& c = choice.as_string();
         if (c == "none") {
@@ -158,20 +117,6 @@ ForcedCall apply_tool_choice(const json::Value& choice, bool nested_name, std::v
     }
     if (forced.on && tools.empty()) bad_param("tool_choice", "'required' needs at least one function in tools");
     return forced;
-}
-
-std::vector<int32_t> forced_call_tokens(const tok::Tokenizer& tokenizer, const ForcedCall& f) {
-    harmony::Rendered header;
-    header.add_special(harmony::kChannel);
-    if (f.name.empty()) {
-        header.add_text("commentary to=functions.");
-    } else {
-        header.add_text("commentary to=functions." + f.name + " ");
-        header.add_special(harmony::kConstrain);
-        header.add_text("json");
-        header.add_special(harmony::kMessage);
-    }
-    return header.tokens(tokenizer);
 }
 
 }  // namespace osprey::server
