@@ -1,26 +1,29 @@
 // cuBLASLt plans for the dense linears. Row-major y[T, N] = x[T, K]·Wᵀ is computed as the
 // column-major product yᵀ[N, T] = op(W)[N, K] · xᵀ[K, T] with op = transpose on the row-major W
 // (which cuBLASLt sees as a column-major [K, N] matrix), so both operands are read as stored.
+#include "kernels/cuda/linear.h"
+
 #include <cublasLt.h>
-#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <memory>
 
+#include <cuda_bf16.h>
+
 #include "core/log.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
-#include "kernels/cuda/linear.h"
 #include "kernels/cuda/mma.cuh"
 
-#define CUBLAS_CHECK(expr)                                                                                            \
-    do {                                                                                                              \
-        const cublasStatus_t osprey_blas_st_ = (expr);                                                                \
-        if (osprey_blas_st_ != CUBLAS_STATUS_SUCCESS) {                                                               \
-            std::fprintf(stderr, "cuBLASLt error %s (%d) in `%s` at %s:%d\n", cublasLtGetStatusName(osprey_blas_st_), \
-                         int(osprey_blas_st_), #expr, __FILE__, __LINE__);                                            \
-            std::abort();                                                                                             \
-        }                                                                                                             \
+#define CUBLAS_CHECK(expr)                                                                          \
+    do {                                                                                            \
+        const cublasStatus_t osprey_blas_st_ = (expr);                                              \
+        if (osprey_blas_st_ != CUBLAS_STATUS_SUCCESS) {                                             \
+            std::fprintf(stderr, "cuBLASLt error %s (%d) in `%s` at %s:%d\n",                       \
+                         cublasLtGetStatusName(osprey_blas_st_), int(osprey_blas_st_), #expr, __FILE__, \
+                         __LINE__);                                                                 \
+            std::abort();                                                                           \
+        }                                                                                           \
     } while (0)
 
 namespace osprey::cuda {
@@ -313,8 +316,8 @@ Blas::Plan& Blas::plan_for(const LinearArgs& a) {
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->c,
                                                              pref, 1, &result, &n_results);
     cublasLtMatmulPreferenceDestroy(pref);
-    OSPREY_CHECK(st == CUBLAS_STATUS_SUCCESS && n_results > 0, "cuBLASLt has no algorithm for linear T=", a.n_tokens,
-                 " N=", a.n_out, " K=", a.n_in, " (status ", cublasLtGetStatusName(st), ")");
+    OSPREY_CHECK(st == CUBLAS_STATUS_SUCCESS && n_results > 0, "cuBLASLt has no algorithm for linear T=",
+                 a.n_tokens, " N=", a.n_out, " K=", a.n_in, " (status ", cublasLtGetStatusName(st), ")");
     plan->algo = result.algo;
     log::debug("cublasLt plan T=", a.n_tokens, " N=", a.n_out, " K=", a.n_in, " f32=", a.y_f32,
                " bias=", a.bias != nullptr, " acc=", a.accumulate);

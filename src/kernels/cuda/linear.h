@@ -31,19 +31,19 @@ inline constexpr int kGemvAutoTokens = 8;  // automatic picks it up to this many
                                            // whatever T is, it should beat cuBLASLt at every T <= 8
 
 struct LinearArgs {
-    void* y = nullptr;           // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
-    const bf16* x = nullptr;     // [T, ldx] bf16
-    const bf16* w = nullptr;     // [N, K] bf16, row-major (checkpoint layout)
-    const void* bias = nullptr;  // [N] bf16 for a bf16 output, f32 for an f32 output (cuBLASLt's rule); or null
-    int n_tokens = 0;            // T
-    int n_out = 0;               // N
-    int n_in = 0;                // K
-    int ldx = 0;                 // row stride of x in elements (0: K)
-    int ldy = 0;                 // row stride of y in elements (0: N)
-    bool y_f32 = false;          // output f32 instead of bf16
-    bool accumulate = false;     // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
+    void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
+    const bf16* x = nullptr;      // [T, ldx] bf16
+    const bf16* w = nullptr;      // [N, K] bf16, row-major (checkpoint layout)
+    const void* bias = nullptr;   // [N] bf16 for a bf16 output, f32 for an f32 output (cuBLASLt's rule); or null
+    int n_tokens = 0;             // T
+    int n_out = 0;                // N
+    int n_in = 0;                 // K
+    int ldx = 0;                  // row stride of x in elements (0: K)
+    int ldy = 0;                  // row stride of y in elements (0: N)
+    bool y_f32 = false;           // output f32 instead of bf16
+    bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
     LinearPath path = LinearPath::automatic;
-    int gemv_rows = 0;  // GEMV output rows per CTA (8, 16 or 32); 0: chosen from N (bench_linear sweeps it)
+    int gemv_rows = 0;            // GEMV rows per CTA: 8, 16 or 32 (0: chosen from N; bench_linear sweeps it)
 };
 
 // One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen
