@@ -18,10 +18,17 @@ namespace osprey::cuda {
 
 // Which implementation runs: cuBLASLt, or our GEMV kernel for decode-sized batches, where
 // cuBLASLt's kernels reach only ~30-37% of HBM bandwidth on gpt-oss's shapes (bench_linear).
+//
+// The GEMV (linear.cu) runs on the tensor cores (mma.sync, tokens as the zero-padded m side), so
+// its cost does not depend on T up to 8: the weight is read once, x is staged once per CTA. Expected
+// on the H200 (kernel time, 4.64 TB/s read ceiling; launch overhead comes on top): qkv 5120x2880
+// ~7.5-8.5 us, out-proj 2880x4096 (+ residual) ~6-7 us, routers ~2-3 us (latency: one round
+// trip for all of the weight), unembedding ~265-280 us, for every T = 1..8. cuBLASLt measured
+// 17.5-18.2 us (qkv, out), 12.9 us (router) and ~287-290 us (unembedding) at T = 1..8.
 enum class LinearPath { automatic, blas, gemv };
 inline constexpr int kGemvMaxTokens = 8;   // the GEMV kernel takes up to this many tokens
-inline constexpr int kGemvAutoTokens = 2;  // automatic picks it up to this many (bench_linear: at T = 8
-                                           // it re-reads x too often and loses to cuBLASLt)
+inline constexpr int kGemvAutoTokens = 8;  // automatic picks it up to this many: with the weight read once
+                                           // whatever T is, it should beat cuBLASLt at every T <= 8
 
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
@@ -36,6 +43,7 @@ struct LinearArgs {
     bool y_f32 = false;           // output f32 instead of bf16
     bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
     LinearPath path = LinearPath::automatic;
+    int gemv_rows = 0;            // GEMV rows per CTA: 8, 16 or 32 (0: chosen from N; bench_linear sweeps it)
 };
 
 // One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen

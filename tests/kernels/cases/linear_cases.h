@@ -30,6 +30,7 @@ struct Case {
     bool accumulate = false;  // y += x · Wᵀ + b
     int ldx = 0, ldy = 0;     // row strides (0: dense)
     cuda::LinearPath path = cuda::LinearPath::automatic;
+    int gemv_rows = 0;  // GEMV rows per CTA (0: the kernel's choice from N)
 };
 
 inline Result run(const Case& c, Mode mode) {
@@ -59,7 +60,7 @@ inline Result run(const Case& c, Mode mode) {
     cuda::Blas blas;
     cuda::LinearArgs a{.y = y, .x = d_x.get(), .w = d_w.get(), .bias = bias, .n_tokens = c.t, .n_out = c.n,
                        .n_in = c.k, .ldx = c.ldx, .ldy = c.ldy, .y_f32 = c.f32, .accumulate = c.accumulate,
-                       .path = c.path};
+                       .path = c.path, .gemv_rows = c.gemv_rows};
 
     if (mode == Mode::perf) {
         const double us = time_us(
@@ -142,6 +143,15 @@ inline std::vector<Case> cases() {
                 t.push_back(c);
             }
         }
+    // The GEMV at each rows-per-CTA choice, to check the automatic one (perf only; test_gemv.cu checks them).
+    for (const Shape& s : shapes)
+        for (int tokens : {1, 8})
+            for (int rows : {8, 16, 32}) {
+                Case c{.use = Use::perf_only, .t = tokens, .n = s.n, .k = s.k, .bias = s.bias, .f32 = s.f32,
+                       .accumulate = s.acc, .path = LinearPath::gemv, .gemv_rows = rows};
+                c.label = str("linear ", s.name, " T=", tokens, " gemv rows=", rows);
+                t.push_back(c);
+            }
     return t;
 }
 
