@@ -253,6 +253,72 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     CUDA_CHECK(cudaGetLastError());
 }
 
+// gemv_wide (linear.h): one warp per output feature n streams W's row once (16-byte loads, twelve in
+// flight per lane: a whole 2880-wide row in one round) and dots it with the kT token rows of x (read
+// through L1: x is tiny); FP32 accumulation, a warp reduction, then bias / residual / rounding.
+constexpr int kWideWarps = 8;
+constexpr int kWideUnroll = 12;
+
+template <int kT, bool kF32>
+__global__ void __launch_bounds__(kWideWarps * kWarpSize) gemv_wide_kernel(const LinearArgs a, int ldx, int ldy) {
+    pdl_enter();  // launch.cuh: before any early return or global access
+    const int lane = threadIdx.x % kWarpSize;
+    const int n = blockIdx.x * kWideWarps + threadIdx.x / kWarpSize;
+    if (n >= a.n_out) return;
+    const uint4* w = reinterpret_cast<const uint4*>(a.w + size_t(n) * a.n_in);
+    const int n_vec = a.n_in / 8;
+    float acc[kT];
+#pragma unroll
+    for (int t = 0; t < kT; ++t) acc[t] = 0.f;
+    for (int base = lane; base < n_vec; base += kWarpSize * kWideUnroll) {
+        uint4 wv[kWideUnroll];
+#pragma unroll
+        for (int u = 0; u < kWideUnroll; ++u) {
+            const int v = base + u * kWarpSize;
+            wv[u] = v < n_vec ? __ldcs(w + v) : make_uint4(0, 0, 0, 0);  // streamed once: evict first
+        }
+#pragma unroll
+        for (int u = 0; u < kWideUnroll; ++u) {
+            const int v = base + u * kWarpSize;
+            if (v >= n_vec) break;
+            float wf[8];
+            bf16x8_to_float(wv[u], wf);
+#pragma unroll
+            for (int t = 0; t < kT; ++t) {
+                if (t >= a.n_tokens) break;
+                float xf[8];
+                bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(a.x + size_t(t) * ldx) + v), xf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], xf[e], acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kT; ++t) acc[t] = warp_reduce_sum(acc[t]);
+    if (lane != 0) return;
+    for (int t = 0; t < a.n_tokens; ++t) {
+        if constexpr (kF32) {
+            const float v = acc[t] + (a.bias ? static_cast<const float*>(a.bias)[n] : 0.f);
+            float* y = static_cast<float*>(a.y) + size_t(t) * ldy + n;
+            *y = a.accumulate ? *y + v : v;
+        } else {
+            const float b = a.bias ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[n]) : 0.f;
+            static_cast<__nv_bfloat16*>(a.y)[size_t(t) * ldy + n] = __float2bfloat16_rn(acc[t] + b);
+        }
+    }
+}
+
+void gemv_wide(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
+    const dim3 grid((a.n_out + kWideWarps - 1) / kWideWarps);
+    const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
+    dispatch_int<1, 2, 4, 8>("gemv tokens", t_case, [&]<int kT>() {
+        dispatch_bool(a.y_f32, [&]<bool kF32>() {
+            cuda::launch(gemv_wide_kernel<kT, kF32>, grid, kWideWarps * kWarpSize, 0, stream, a, ldx, ldy);
+        });
+    });
+    CUDA_CHECK(cudaGetLastError());
+}
+
 // Opts every GEMV instance in to all the dynamic shared memory a block may have (x of 8 tokens at
 // K = 4096 is 66 KB). Done by Blas's constructor, before any graph capture (not a stream operation).
 void gemv_configure() {
@@ -339,8 +405,16 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK((a.ldx == 0 || a.ldx >= a.n_in) && (a.ldy == 0 || a.ldy >= a.n_out),
                  "linear: row stride smaller than the row (ldx ", a.ldx, ", ldy ", a.ldy, ")");
     const int ldx = a.ldx ? a.ldx : a.n_in, ldy = a.ldy ? a.ldy : a.n_out;
-    const bool gemv_ok = a.n_tokens <= kGemvMaxTokens && a.n_in % 8 == 0 && ldx % 8 == 0 && aligned16(a.x) &&
-                         aligned16(a.w) && gemv_fits(a.n_tokens, a.n_in);
+    const bool wide_ok = a.n_tokens <= kGemvMaxTokens && a.n_in % 8 == 0 && ldx % 8 == 0 && aligned16(a.x) &&
+                         aligned16(a.w);
+    const bool gemv_ok = wide_ok && gemv_fits(a.n_tokens, a.n_in);
+    OSPREY_CHECK(a.path != LinearPath::gemv_wide || wide_ok, "linear: the wide GEMV path needs <= ", kGemvMaxTokens,
+                 " tokens, K and ldx multiples of 8 and 16-byte aligned x, W (T=", a.n_tokens, ", K=", a.n_in, ")");
+    if (a.path == LinearPath::gemv_wide ||
+        (a.path == LinearPath::automatic && wide_ok && a.n_tokens == 1 && a.n_out >= kGemvWideMinOut)) {
+        gemv_wide(a, ldx, ldy, stream);
+        return;
+    }
     OSPREY_CHECK(a.path != LinearPath::gemv || gemv_ok, "linear: the GEMV path needs <= ", kGemvMaxTokens,
                  " tokens, K and ldx multiples of 8, 16-byte aligned x, W and x in shared memory (T=", a.n_tokens,
                  ", K=", a.n_in, ")");

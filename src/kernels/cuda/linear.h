@@ -25,8 +25,15 @@ namespace osprey::cuda {
 // ~7.5-8.5 us, out-proj 2880x4096 (+ residual) ~6-7 us, routers ~2-3 us (latency: one round
 // trip for all of the weight), unembedding ~265-280 us, for every T = 1..8. cuBLASLt measured
 // 17.5-18.2 us (qkv, out), 12.9 us (router) and ~287-290 us (unembedding) at T = 1..8.
-enum class LinearPath { automatic, blas, gemv };
-inline constexpr int kGemvMaxTokens = 8;   // the GEMV kernel takes up to this many tokens
+//
+// gemv_wide: the earlier one-warp-per-row GEMV (12 16-byte loads in flight per lane, x through L1, no
+// shared memory or block barriers). For one token and very wide N (the unembedding) it streams
+// closest to the ceiling: bench_linear on the H200, unembedding T=1: 263 us (one warp per row, earlier
+// harness) against 289 us cuBLASLt and 297 us tensor-core GEMV (case-table harness, 2026-12-01). Its
+// cost grows with T, so automatic uses it only at T = 1 and N >= kGemvWideMinOut.
+enum class LinearPath { automatic, blas, gemv, gemv_wide };
+inline constexpr int kGemvMaxTokens = 8;   // the GEMV kernels take up to this many tokens
+inline constexpr int kGemvWideMinOut = 65536;  // automatic: gemv_wide for T = 1 from this many outputs
 inline constexpr int kGemvAutoTokens = 8;  // automatic picks it up to this many: with the weight read once
                                            // whatever T is, it should beat cuBLASLt at every T <= 8
 

@@ -46,6 +46,18 @@ inline bool runs_in(Use use, Mode mode) {
     return use == Use::both || use == (mode == Mode::check ? Use::check_only : Use::perf_only);
 }
 
+// The routing kernels' grid: gpt-oss's expert counts (32, 128) at bench_moe's batch sizes (checked and
+// timed), the tests' odd sizes and the tiny model's 8 experts (checked only): add(n_tokens, n_experts, use).
+template <class Add>
+void for_moe_token_grid(Add&& add) {
+    for (int e : {8, 32, 128})
+        for (int n : {1, 3, 8, 64, 128, 256, 333, 1024, 2048, 8192}) {
+            const bool bench = e != 8 && n != 3 && n != 333 && n != 2048;
+            const bool test = n == 1 || n == 3 || n == 8 || n == 64 || n == 333 || n == 2048;
+            if (bench || test) add(n, e, bench ? Use::both : Use::check_only);
+        }
+}
+
 // The H200 ceilings the perf mode compares with (settable from the bench command line).
 struct Ceilings {
     double hbm_gbps = 4640.0;      // read-only streaming from HBM3e

@@ -121,6 +121,13 @@ inline std::vector<Case> cases() {
     edge("unembedding_f32", {.t = 2, .n = 201088, .k = 2880, .bias = false, .f32 = true});
     edge("gemv_three_tokens_short_row", {.t = 3, .n = 13, .k = 8, .path = LinearPath::gemv});
     edge("gemv_strided", {.t = 5, .n = 100, .k = 64, .ldx = 72, .ldy = 130, .path = LinearPath::gemv});
+    // The one-warp-per-row GEMV (linear.h: automatic for the unembedding at T = 1).
+    edge("gemv_wide_small", {.t = 1, .n = 37, .k = 2880, .path = LinearPath::gemv_wide});
+    edge("gemv_wide_tokens_strided", {.t = 7, .n = 50, .k = 64, .ldx = 72, .ldy = 60, .path = LinearPath::gemv_wide});
+    edge("gemv_wide_f32_accumulate",
+         {.t = 3, .n = 40, .k = 4096, .f32 = true, .accumulate = true, .path = LinearPath::gemv_wide});
+    edge("gemv_wide_unembedding_f32",
+         {.t = 1, .n = 201088, .k = 2880, .bias = false, .f32 = true, .path = LinearPath::gemv_wide});
 
     // gpt-oss shapes x tokens x path: bench_linear's lines before the tables (same labels).
     struct Shape {
@@ -143,6 +150,12 @@ inline std::vector<Case> cases() {
                 t.push_back(c);
             }
         }
+    for (int tokens : {1, 2}) {  // the wide GEMV where automatic uses it (T = 1), and one step beyond
+        Case c{.use = Use::perf_only, .t = tokens, .n = 201088, .k = 2880, .bias = false, .f32 = true,
+               .path = LinearPath::gemv_wide};
+        c.label = str("linear unembed T=", tokens, " gemv_wide");
+        t.push_back(c);
+    }
     // The GEMV at each rows-per-CTA choice, to check the automatic one (perf only; test_gemv.cu checks them).
     for (const Shape& s : shapes)
         for (int tokens : {1, 8})

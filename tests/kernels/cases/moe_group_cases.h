@@ -78,13 +78,7 @@ inline std::vector<Case> cases() {
         c.use = use;
         t.push_back(c);
     };
-    // gpt-oss (32, 128 experts) at bench_moe's batch sizes, the tests' odd sizes, the tiny model's 8.
-    for (int e : {8, 32, 128})
-        for (int n : {1, 3, 8, 64, 128, 256, 333, 1024, 2048, 8192}) {
-            const bool bench = e != 8 && n != 3 && n != 333 && n != 2048;
-            const bool test = n == 1 || n == 3 || n == 8 || n == 64 || n == 333 || n == 2048;
-            if (bench || test) add({.n_tokens = n, .n_experts = e}, bench ? Use::both : Use::check_only);
-        }
+    for_moe_token_grid([&](int n, int e, Use use) { add({.n_tokens = n, .n_experts = e}, use); });
     // Tile edges in routed rows (kTile / 4 = 256 tokens exactly is the grid's "group E=32 T=256").
     for (int n : {kTile / 4 - 1, kTile / 4 + 1, 3 * kTile / 4 + 1})
         add({.n_tokens = n, .n_experts = 32}, Use::check_only);

@@ -77,13 +77,7 @@ inline std::vector<Case> cases() {
         c.use = use;
         t.push_back(c);
     };
-    // gpt-oss (32, 128 experts) at bench_moe's batch sizes, the tests' odd sizes, the tiny model's 8.
-    for (int e : {8, 32, 128})
-        for (int n : {1, 3, 8, 64, 128, 256, 333, 1024, 2048, 8192}) {
-            const bool bench = e != 8 && n != 3 && n != 333 && n != 2048;
-            const bool test = n == 1 || n == 3 || n == 8 || n == 64 || n == 333 || n == 2048;
-            if (bench || test) add({.n_tokens = n, .n_experts = e}, bench ? Use::both : Use::check_only);
-        }
+    for_moe_token_grid([&](int n, int e, Use use) { add({.n_tokens = n, .n_experts = e}, use); });
     for (int e : {8, 32, 128}) add({.n_tokens = 500, .n_experts = e, .kind = Logits::ties}, Use::check_only);
     for (int e : {32, 128}) add({.n_tokens = 100, .n_experts = e, .bias = true}, Use::check_only);
     for (int e : {4, 5, 33, 255, 256}) add({.n_tokens = 77, .n_experts = e}, Use::check_only);  // off the warp size
