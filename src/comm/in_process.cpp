@@ -39,11 +39,11 @@ struct Group {
     uint64_t generation = 0;
 
     // Posted by each rank before the first barrier of a collective, read by all after it.
-    std::vector<void*> ptrs;                       // [size] the rank's buffer
-    std::vector<size_t> sizes;                     // [size] its element or byte count
-    std::vector<float> result;                     // all-reduce result, [elements]
-    std::vector<std::pair<int, int>> split_keys;   // [size] (colour, key)
-    std::vector<std::shared_ptr<Group>> made;      // [size] new groups, posted by their first rank
+    std::vector<void*> ptrs;                      // [size] the rank's buffer
+    std::vector<size_t> sizes;                    // [size] its element or byte count
+    std::vector<float> result;                    // all-reduce result, [elements]
+    std::vector<std::pair<int, int>> split_keys;  // [size] (colour, key)
+    std::vector<std::shared_ptr<Group>> made;     // [size] new groups, posted by their first rank
 
     // Every rank of the group meets here; throws when the group was aborted.
     void barrier() {

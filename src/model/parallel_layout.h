@@ -30,6 +30,7 @@ struct ParallelLayout {
     int group_size() const;  // ranks of one data-parallel group: max(tp, ep)
     int world() const;       // all ranks: group_size() · dp (the GPUs the layout uses)
     int moe_tp() const;      // ranks sharing one expert shard: world() / ep
+    int n_gpus() const { return world(); }  // what a benchmark's cost is computed for
     bool single() const { return world() == 1; }
     std::string label() const;  // "TP1", "TP4 EP4", "TP2 EP2 DP2" (degrees above 1 only, TP always)
 

@@ -30,7 +30,9 @@ std::vector<std::string> run_ranks(int n, const std::function<void(Communicator&
     return errors;
 }
 
-float value(int rank, size_t i) { return 1.0f / float(3 + rank * 7 + int(i % 13)) + float(i) * 1e-3f; }
+float value(int rank, size_t i) {
+    return 1.0f / float(3 + rank * 7 + int(i % 13)) + float(i) * 1e-3f;
+}
 
 TEST(InProcess, AllReduceSumsInRankOrderWithTheSameBitsEverywhere) {
     for (int n : {1, 2, 3, 4, 8}) {
