@@ -113,6 +113,15 @@ size_t ParallelRunner::kv_budget_bytes() const {
 }
 
 void ParallelRunner::allocate_kv(const KvLayout& layout) {
+    // The ranks' own checks, here first: a refused layout leaves the runner usable.
+    layout.check("parallel runner");
+    const KvSpec mine = kv_spec(std::max(layout.spec.page_size(), 1));
+    OSPREY_CHECK(layout.spec.dtype() == mine.dtype() && layout.spec.kv_dim() == mine.kv_dim() &&
+                     layout.spec.n_layers() == mine.n_layers(),
+                 "parallel runner ", layout_.label(), ": KV spec with rows of ", layout.spec.kv_dim(),
+                 ", each rank keeps rows of ", mine.kv_dim(), " (kv_spec())");
+    OSPREY_CHECK(layout.bytes() <= kv_budget_bytes(), "parallel runner ", layout_.label(), ": KV layout needs ",
+                 layout.bytes(), " bytes per rank, budget is ", kv_budget_bytes(), " (OSPREY_CPU_KV_BYTES)");
     run([&](int r) { ranks_[size_t(r)]->allocate_kv(layout); });
     kv_layout_ = layout;
 }

@@ -234,6 +234,7 @@ TEST(ParallelLayout, ShardsCoverTheModelOnce) {
 
 TEST(ParallelRunner, RefusesBadWorkWithoutBreaking) {
     ParallelRunner m(weights(), {.layout = {2, 2, 1}, .kv_budget_bytes = kKvBytes, .n_threads = 2});
+    EXPECT_THROW(m.allocate_kv(kv_layout_for(m, 8, 1 << 20, 1)), osprey::Error);  // over the budget
     m.allocate_kv(kv_layout_for(m, 8, 8, 1));
     ForwardBatch bad;
     bad.tokens = {1, 2};
