@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "model/gpt_oss_ref.h"
+#include "model/parallel_runner.h"
 #ifdef OSPREY_HAVE_CUDA
 #include "model/cuda/gpt_oss_cuda.h"
 #endif
@@ -42,6 +43,15 @@ std::string resolve_backend(const std::string& name) {
 Runner make_runner(model::Weights weights, const RunnerOptions& o) {
     Runner r;
     r.backend = resolve_backend(o.backend);
+    o.layout.check(weights.config);
+    OSPREY_CHECK(o.layout.single() || r.backend == "cpu", "layout ", o.layout.label(),
+                 ": the CUDA backend runs only --tp 1 --ep 1 --dp 1 for now (parallel layouts need its NCCL "
+                 "communicator, not built yet); use --backend cpu to run this layout on the CPU reference backend");
+    if (!o.layout.single()) {
+        r.runner = std::make_unique<model::ParallelRunner>(
+            weights, model::ParallelRunnerOptions{.layout = o.layout, .n_threads = o.cpu_threads});
+        return r;
+    }
 #ifdef OSPREY_HAVE_CUDA
     if (r.backend == "cuda") {
         model::CudaRunnerOptions co;

@@ -1,4 +1,4 @@
-// One factory for model backends: makes the runner a backend name asks for, so that no command
+// One factory for model backends: makes the runner a backend name and a parallel layout ask for, so that no command
 // repeats the CUDA/CPU choice or its #ifdef. The CUDA backend exists when osprey was built with nvcc.
 //   auto  the CUDA backend when it was built and this machine has an NVIDIA device, else the CPU one
 //   cpu   the CPU reference backend (model/gpt_oss_ref.h)
@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "model/parallel_layout.h"
 #include "model/runner.h"
 #include "model/weights.h"
 
@@ -31,6 +32,9 @@ struct RunnerOptions {
     int max_logit_rows = 0;
     int max_slices = 0;
     bool progress = true;  // progress bar while loading weights to the device
+    // --tp/--ep/--dp. Above 1: on the CPU backend a ParallelRunner (model/parallel_runner.h, one
+    // thread per rank, cpu_threads shared out); the CUDA backend refuses them for now (no NCCL yet).
+    model::ParallelLayout layout = {};
 };
 
 struct Runner {

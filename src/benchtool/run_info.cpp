@@ -2,8 +2,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
-#include <cstring>
 #include <ctime>
 #include <fstream>
 
@@ -14,27 +12,6 @@
 #endif
 
 namespace osprey::benchtool {
-
-int ParallelLayout::n_gpus() const { return std::max(tp, ep) * dp; }
-
-std::string ParallelLayout::label() const {
-    std::string s = "TP" + std::to_string(tp);
-    if (ep > 1) s += " EP" + std::to_string(ep);
-    if (dp > 1) s += " DP" + std::to_string(dp);
-    return s;
-}
-
-void ParallelLayout::check_runnable() const {
-    const std::pair<const char*, int> degrees[] = {{"tp", tp}, {"ep", ep}, {"dp", dp}};
-    for (const auto& [flag, v] : degrees) {
-        OSPREY_CHECK(v >= 1 && v <= 1024, "--", flag, " must be in [1, 1024], got ", v);
-        OSPREY_CHECK(v == 1, "--", flag, " ", v, ": ",
-                     std::strcmp(flag, "tp") == 0   ? "tensor"
-                     : std::strcmp(flag, "ep") == 0 ? "expert"
-                                                    : "data",
-                     " parallelism is not implemented yet; only --", flag, " 1 runs");
-    }
-}
 
 std::string build_commit() {
     const std::string c = OSPREY_GIT_DESCRIBE;

@@ -6,18 +6,13 @@
 #include <string>
 
 #include "core/json.h"
+#include "model/parallel_layout.h"
 
 namespace osprey::benchtool {
 
-// Tensor / expert / data parallel degrees. GPUs used = max(tp, ep) * dp (expert parallelism
-// spreads the experts over the same GPUs as the tensor-parallel group).
-struct ParallelLayout {
-    int tp = 1, ep = 1, dp = 1;
-    int n_gpus() const;
-    std::string label() const;  // "TP1" or e.g. "TP2 EP2 DP2" (degrees above 1 only, TP always)
-    // Throws naming the flag when a degree is out of range or not implemented yet (only 1 runs today).
-    void check_runnable() const;
-};
+// Tensor / expert / data parallel degrees (model/parallel_layout.h): GPUs used = max(tp, ep) · dp
+// (expert parallelism spreads the experts over the same GPUs as the tensor-parallel group).
+using ParallelLayout = model::ParallelLayout;
 
 struct RunInfo {
     std::string command;            // "prefill", "decode", "serve"

@@ -1,6 +1,7 @@
 // Flags shared by the commands that load a model onto a backend (bench, generate, serve): the model
 // folder (--model, else the built-in tiny model), --backend auto|cpu|cuda (made by the factory in
-// backends/runner_factory.h) and --page-size (bounds in model/kv_spec.h).
+// backends/runner_factory.h), --page-size (bounds in model/kv_spec.h) and the parallel layout
+// (--tp/--ep/--dp, model/parallel_layout.h).
 #pragma once
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "cli/command.h"
 #include "core/check.h"
 #include "model/kv_spec.h"
+#include "model/parallel_layout.h"
 
 namespace osprey::cli {
 
@@ -31,6 +33,19 @@ inline int page_size_flag(const Args& args, int fallback) {
     const long long v = args.get_int("page-size", fallback);
     model::check_page_size(v >= INT32_MIN && v <= INT32_MAX ? int(v) : -1, "--page-size");
     return int(v);
+}
+
+// --tp N --ep N --dp N (default 1 each), checked for shape (the model check is the factory's).
+inline model::ParallelLayout layout_flags(const Args& args) {
+    model::ParallelLayout l;
+    const std::pair<const char*, int*> flags[] = {{"tp", &l.tp}, {"ep", &l.ep}, {"dp", &l.dp}};
+    for (const auto& [flag, v] : flags) {
+        const long long x = args.get_int(flag, 1);
+        OSPREY_CHECK(x >= 1 && x <= 1024, "--", flag, " must be in [1, 1024], got ", x);
+        *v = int(x);
+    }
+    l.check();
+    return l;
 }
 
 }  // namespace osprey::cli

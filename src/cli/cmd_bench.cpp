@@ -58,8 +58,9 @@ constexpr const char* kHelp =
     "plot: speed per user vs cost per million tokens, one curve per layout and context, as PNG + SVG.\n"
     "\n"
     "Without --model, the built-in tiny model (random weights) is used. --gpu-price is USD per\n"
-    "GPU-hour (times the GPUs of the layout). Only --tp/--ep/--dp 1 run today. --out PREFIX writes\n"
-    "PREFIX.json and PREFIX.md (default osprey-bench-<command>).\n";
+    "GPU-hour (times the GPUs of the layout: max(tp, ep) x dp). --tp/--ep/--dp above 1 run on the CPU\n"
+    "backend (one thread per rank; --threads is shared out over the ranks); the CUDA backend runs\n"
+    "only 1 for now. --out PREFIX writes PREFIX.json and PREFIX.md (default osprey-bench-<command>).\n";
 
 std::vector<int> parse_int_list(const std::string& flag, const std::string& text) {
     std::vector<int> out;
@@ -79,14 +80,6 @@ int int_flag(const cli::Args& a, const char* flag, int fallback, int lo, int hi)
     const long long v = a.get_int(flag, fallback);
     OSPREY_CHECK(v >= lo && v <= hi, "--", flag, " must be in [", lo, ", ", hi, "], got ", v);
     return int(v);
-}
-
-benchtool::ParallelLayout layout_flags(const cli::Args& a) {
-    benchtool::ParallelLayout l;
-    l.tp = int_flag(a, "tp", 1, 1, 1024);
-    l.ep = int_flag(a, "ep", 1, 1, 1024);
-    l.dp = int_flag(a, "dp", 1, 1, 1024);
-    return l;
 }
 
 double price_flag(const cli::Args& a) {
@@ -113,8 +106,7 @@ struct Backend {
 Backend open_backend(const cli::Args& a, const std::string& command, int max_tokens, int max_rows) {
     Backend b;
     b.info = benchtool::RunInfo::now(command);
-    b.info.layout = layout_flags(a);
-    b.info.layout.check_runnable();
+    b.info.layout = cli::layout_flags(a);
     b.info.price_per_gpu_hour = price_flag(a);
     const std::string backend = cli::backend_flag(a);
     const int threads = int_flag(a, "threads", 0, 0, 1024);
@@ -128,7 +120,8 @@ Backend open_backend(const cli::Args& a, const std::string& command, int max_tok
                                                                           .cpu_threads = threads,
                                                                           .max_tokens = max_tokens,
                                                                           .max_logit_rows = std::max(max_rows, 1),
-                                                                          .max_slices = std::max(max_rows, 1) + 1});
+                                                                          .max_slices = std::max(max_rows, 1) + 1,
+                                                                          .layout = b.info.layout});
     b.runner = std::move(made.runner);
     b.weights = std::move(made.weights);
     b.info.backend = made.backend;
@@ -300,7 +293,7 @@ int bench_serve(const std::vector<std::string>& argv) {
 
     benchtool::RunInfo info = benchtool::RunInfo::now("serve");
     // The layout describes the server under test (recorded for the cost columns), so any degree is accepted.
-    info.layout = layout_flags(a);
+    info.layout = cli::layout_flags(a);
     info.price_per_gpu_hour = price_flag(a);
     info.backend = "http";
     info.device = o.url;

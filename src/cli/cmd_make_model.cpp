@@ -9,7 +9,7 @@
 namespace {
 
 constexpr const char* kHelp =
-    "usage: osprey make-model --out DIR [--preset tiny|20b|120b] [--seed N] [--layout hf|original]\n"
+    "usage: osprey make-model --out DIR [--preset tiny|tiny-tp|20b|120b] [--seed N] [--layout hf|original]\n"
     "                         [--max-shard-mb N] [--threads N] [--tokenizer-file PATH]\n"
     "\n"
     "Writes a synthetic (random, deterministic from --seed) gpt-oss checkpoint: config.json,\n"

@@ -37,6 +37,7 @@ constexpr const char* kHelp =
     "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
+    "                    [--tp N] [--ep N] [--dp N]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
     "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/models, /health, /metrics,\n"
@@ -53,7 +54,11 @@ constexpr const char* kHelp =
     "  --max-num-batched-tokens N  tokens per engine step (default 2048)\n"
     "  --kv-cache-tokens N    cap the KV cache at N tokens\n"
     "  --backend B            auto (CUDA when built with it and a GPU is present), cpu or cuda\n"
-    "  --threads N            CPU backend threads (default: all cores)\n"
+    "  --threads N            CPU backend threads (default: all cores; shared out over the ranks)\n"
+    "  --tp N, --ep N         tensor / expert parallel degrees (default 1): attention split by KV heads,\n"
+    "                         experts by rank and by intermediate columns; max(tp, ep) ranks, one thread\n"
+    "                         each, on the CPU backend (the CUDA backend runs only 1 for now)\n"
+    "  --dp N                 attention data parallelism (designed, not built yet: only 1)\n"
     "  --tokenizer FILE       tokenizer.json or o200k_base.tiktoken (default: from the model folder,\n"
     "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
@@ -82,7 +87,7 @@ int run_serve(const std::vector<std::string>& argv) {
     const cli::Args args(argv,
                          {"model", "host", "port", "api-key", "api-key-file", "served-model-name", "max-model-len",
                           "max-num-seqs", "max-num-batched-tokens", "kv-cache-tokens", "page-size", "backend",
-                          "threads", "tokenizer", "max-body-bytes", "default-max-tokens"},
+                          "threads", "tokenizer", "max-body-bytes", "default-max-tokens", "tp", "ep", "dp"},
                          {"help", "no-prefix-caching"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
@@ -121,9 +126,11 @@ int run_serve(const std::vector<std::string>& argv) {
                  "--max-num-seqs and --max-num-batched-tokens must be >= 1");
     const int threads = positive_flag(args, "threads", 0, 1024);
     const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
-    OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ", max_body);
+    OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ",
+                 max_body);
     so.default_max_tokens = positive_flag(args, "default-max-tokens", 0, 1 << 30);
     const std::string backend = cli::backend_flag(args);
+    const model::ParallelLayout layout = cli::layout_flags(args);
 
     // The model and its tokenizer.
     const char* script = std::getenv("OSPREY_TEST_SCRIPT");
@@ -157,8 +164,9 @@ int run_serve(const std::vector<std::string>& argv) {
         loaded =
             str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
                 c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights.total_bytes() / (1 << 20), " MiB)");
-        made = backends::make_runner(std::move(weights),
-                                     {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads});
+        made = backends::make_runner(
+            std::move(weights),
+            {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads, .layout = layout});
         runner = std::move(made.runner);
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         so.model_name = name.empty() ? "osprey" : name;

@@ -26,7 +26,7 @@ KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
     OSPREY_CHECK(o.window_snapshots >= 0 && o.window_snapshots <= 4096, "window_snapshots must be in [0, 4096], got ",
                  o.window_snapshots);
     KvPlan plan;
-    plan.layout.spec = model::KvSpec(runner.config(), runner.kv_dtype(), o.page_size);
+    plan.layout.spec = runner.kv_spec(o.page_size);
     const model::KvSpec& spec = plan.layout.spec;
     plan.n_snapshot_slots = o.enable_prefix_caching ? o.window_snapshots : 0;
     OSPREY_CHECK(spec.bytes_per_page() > 0, "the KV spec gives 0 bytes per page");

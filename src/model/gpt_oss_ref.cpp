@@ -13,8 +13,8 @@
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
-#include "kernels/cpu/sampling.h"
 #include "kernels/cpu/routing.h"
+#include "kernels/cpu/sampling.h"
 #include "kernels/cpu/swiglu.h"
 #include "model/batch_check.h"
 
@@ -61,8 +61,8 @@ size_t kv_budget_from_env() {
 struct CpuReference::Step {
     const ForwardBatch* batch = nullptr;
     int n_tokens = 0;
-    std::vector<int32_t> positions;    // [n_tokens]
-    std::vector<int32_t> logit_rows;   // [n_logit_rows] tokens whose logits are wanted, in slice order
+    std::vector<int32_t> positions;   // [n_tokens]
+    std::vector<int32_t> logit_rows;  // [n_logit_rows] tokens whose logits are wanted, in slice order
 };
 
 CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
@@ -73,40 +73,134 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
     if (options.n_threads > 0) own_pool_ = std::make_unique<ThreadPool>(options.n_threads);
     pool_ = own_pool_ ? own_pool_.get() : &ThreadPool::global();
     kv_budget_ = options.kv_budget_bytes > 0 ? options.kv_budget_bytes : kv_budget_from_env();
+    piece_ = ModelShard::whole(config_);
+    if (options.shard) {
+        piece_ = options.shard->piece;
+        attn_comm_ = options.shard->attn;
+        moe_comm_ = options.shard->moe;
+        vocab_comm_ = options.shard->vocab;
+    }
+    const Config& c = config_;
+    OSPREY_CHECK(piece_.kv_heads.count > 0 && piece_.kv_heads.end() <= c.n_kv_heads &&
+                     piece_.heads.first == piece_.kv_heads.first * c.group() &&
+                     piece_.heads.count == piece_.kv_heads.count * c.group() && piece_.experts.count > 0 &&
+                     piece_.experts.end() <= c.n_experts && piece_.ff.first % 32 == 0 && piece_.ff.count % 32 == 0 &&
+                     piece_.ff.end() <= c.d_ff && piece_.vocab.count > 0 && piece_.vocab.end() <= c.vocab_size,
+                 "cpu-reference: bad model shard (kv heads ", piece_.kv_heads.first, "+", piece_.kv_heads.count,
+                 ", experts ", piece_.experts.first, "+", piece_.experts.count, ", ff ", piece_.ff.first, "+",
+                 piece_.ff.count, ", vocab ", piece_.vocab.first, "+", piece_.vocab.count, ")");
+    q_local_ = piece_.heads.count * c.head_dim;
+    kv_local_ = piece_.kv_heads.count * c.head_dim;
 
     bf16_view(weights_.embedding);
     bf16_view(weights_.unembedding);
     final_norm_ = to_floats(weights_.final_norm);
-    vectors_.resize(config_.n_layers);
-    for (int i = 0; i < config_.n_layers; ++i) {
-        const LayerWeights& w = weights_.layers[i];
-        for (const TensorView* t : {&w.q_w, &w.k_w, &w.v_w, &w.out_w, &w.router_w}) bf16_view(*t);
-        for (const TensorView* t : {&w.mlp1_blocks, &w.mlp1_scales, &w.mlp2_blocks, &w.mlp2_scales}) u8_view(*t);
-        LayerVectors& v = vectors_[i];
-        v.attn_norm = to_floats(w.attn_norm);
-        v.q_b = to_floats(w.q_b);
-        v.k_b = to_floats(w.k_b);
-        v.v_b = to_floats(w.v_b);
-        v.sinks = to_floats(w.sinks);
-        v.out_b = to_floats(w.out_b);
-        v.mlp_norm = to_floats(w.mlp_norm);
-        v.router_b = to_floats(w.router_b);
-        v.mlp1_bias = to_floats(w.mlp1_bias);
-        v.mlp2_bias = to_floats(w.mlp2_bias);
+    vectors_.resize(c.n_layers);
+    slices_.resize(c.n_layers);
+    for (int i = 0; i < c.n_layers; ++i) slice_layer(i);
+    kv_.resize(c.n_layers);
+}
+
+// Cuts this rank's piece of layer `layer` out of the checkpoint (spec shapes in weights.h). The
+// whole model's piece is the checkpoint's views themselves.
+void CpuReference::slice_layer(int layer) {
+    const Config& c = config_;
+    const LayerWeights& w = weights_.layers[layer];
+    for (const TensorView* t : {&w.q_w, &w.k_w, &w.v_w, &w.out_w, &w.router_w}) bf16_view(*t);
+    for (const TensorView* t : {&w.mlp1_blocks, &w.mlp1_scales, &w.mlp2_blocks, &w.mlp2_scales}) u8_view(*t);
+    const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), I = size_t(c.d_ff), Q = size_t(c.q_dim());
+    const size_t h0 = size_t(piece_.heads.first) * hd, kv0 = size_t(piece_.kv_heads.first) * hd;
+    const size_t e0 = size_t(piece_.experts.first), ne = size_t(piece_.experts.count);
+    const size_t f0 = size_t(piece_.ff.first), nf = size_t(piece_.ff.count);
+    auto part = [](const std::vector<float>& v, size_t first, size_t n) {
+        return std::vector<float>(v.begin() + ptrdiff_t(first), v.begin() + ptrdiff_t(first + n));
+    };
+
+    LayerVectors& v = vectors_[layer];
+    v.attn_norm = to_floats(w.attn_norm);
+    v.q_b = part(to_floats(w.q_b), h0, size_t(q_local_));
+    v.k_b = part(to_floats(w.k_b), kv0, size_t(kv_local_));
+    v.v_b = part(to_floats(w.v_b), kv0, size_t(kv_local_));
+    v.sinks = part(to_floats(w.sinks), size_t(piece_.heads.first), size_t(piece_.heads.count));
+    // The out-projection and down-projection biases are added by one rank of each sum, so the
+    // reduced result holds them once.
+    if (piece_.out_bias) v.out_b = to_floats(w.out_b);
+    v.mlp_norm = to_floats(w.mlp_norm);
+    v.router_b = to_floats(w.router_b);
+    const std::vector<float> mlp1_bias = to_floats(w.mlp1_bias);  // [E, 2I] gate/up interleaved
+    v.mlp1_bias.clear();
+    for (size_t e = e0; e < e0 + ne; ++e)
+        v.mlp1_bias.insert(v.mlp1_bias.end(), mlp1_bias.begin() + ptrdiff_t(e * 2 * I + 2 * f0),
+                           mlp1_bias.begin() + ptrdiff_t(e * 2 * I + 2 * (f0 + nf)));
+    v.mlp2_bias.clear();
+    if (piece_.down_bias) v.mlp2_bias = part(to_floats(w.mlp2_bias), e0 * H, ne * H);
+
+    LayerSlices& sl = slices_[layer];
+    sl.q_w = bf16_view(w.q_w).subspan(h0 * H, size_t(q_local_) * H);
+    sl.k_w = bf16_view(w.k_w).subspan(kv0 * H, size_t(kv_local_) * H);
+    sl.v_w = bf16_view(w.v_w).subspan(kv0 * H, size_t(kv_local_) * H);
+    const std::span<const bf16> out_w = bf16_view(w.out_w);  // [H, Q]
+    if (size_t(q_local_) == Q) {
+        sl.out_w = out_w;
+    } else {  // columns [h0, h0 + q_local) of every row
+        sl.out_w_owned.resize(H * size_t(q_local_));
+        for (size_t r = 0; r < H; ++r)
+            std::copy_n(out_w.begin() + ptrdiff_t(r * Q + h0), q_local_,
+                        sl.out_w_owned.begin() + ptrdiff_t(r * q_local_));
+        sl.out_w = sl.out_w_owned;
     }
-    kv_.resize(config_.n_layers);
+
+    // mlp1 [E, 2I, H/32, 16]: columns [f0, f0 + nf) are rows [2 f0, 2 (f0 + nf)) (gate/up pairs), contiguous.
+    const std::span<const uint8_t> b1 = u8_view(w.mlp1_blocks), s1 = u8_view(w.mlp1_scales);
+    const std::span<const uint8_t> b2 = u8_view(w.mlp2_blocks), s2 = u8_view(w.mlp2_scales);
+    const size_t row1_bytes = H / 2, row1_scales = H / 32;  // one mlp1 row
+    sl.mlp1_blocks.clear();
+    sl.mlp1_scales.clear();
+    for (size_t e = e0; e < e0 + ne; ++e) {
+        sl.mlp1_blocks.push_back(b1.subspan((e * 2 * I + 2 * f0) * row1_bytes, 2 * nf * row1_bytes));
+        sl.mlp1_scales.push_back(s1.subspan((e * 2 * I + 2 * f0) * row1_scales, 2 * nf * row1_scales));
+    }
+    // mlp2 [E, H, I/32, 16]: the input groups [f0/32, (f0 + nf)/32) of every row; a copy unless whole.
+    const size_t g_all = I / 32, g0 = f0 / 32, ng = nf / 32;
+    sl.mlp2_blocks.clear();
+    sl.mlp2_scales.clear();
+    if (ng == g_all) {
+        for (size_t e = e0; e < e0 + ne; ++e) {
+            sl.mlp2_blocks.push_back(b2.subspan(e * H * g_all * 16, H * g_all * 16));
+            sl.mlp2_scales.push_back(s2.subspan(e * H * g_all, H * g_all));
+        }
+        return;
+    }
+    const size_t blocks_per_expert = H * ng * 16, scales_per_expert = H * ng;
+    sl.mlp2_owned.resize(ne * (blocks_per_expert + scales_per_expert));
+    for (size_t le = 0; le < ne; ++le) {
+        uint8_t* blocks = sl.mlp2_owned.data() + le * blocks_per_expert;
+        uint8_t* scales = sl.mlp2_owned.data() + ne * blocks_per_expert + le * scales_per_expert;
+        for (size_t r = 0; r < H; ++r) {
+            const size_t row = (e0 + le) * H + r;
+            std::copy_n(b2.begin() + ptrdiff_t((row * g_all + g0) * 16), ng * 16, blocks + r * ng * 16);
+            std::copy_n(s2.begin() + ptrdiff_t(row * g_all + g0), ng, scales + r * ng);
+        }
+        sl.mlp2_blocks.emplace_back(blocks, blocks_per_expert);
+        sl.mlp2_scales.emplace_back(scales, scales_per_expert);
+    }
+}
+
+KvSpec CpuReference::kv_spec(int page_size) const {
+    return KvSpec(config_, kv_dtype(), page_size, config_.n_kv_heads / piece_.kv_heads.count);
 }
 
 void CpuReference::allocate_kv(const KvLayout& layout) {
     layout.check("cpu-reference");
-    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == config_.n_layers,
+    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == config_.n_layers &&
+                     layout.spec.kv_dim() == kv_local_,
                  "cpu-reference: KV spec for ", layout.spec.n_layers(), " layers of ",
-                 kv_dtype_name(layout.spec.dtype()), ", this backend keeps ", config_.n_layers, " layers of ",
-                 kv_dtype_name(kv_dtype()));
+                 kv_dtype_name(layout.spec.dtype()), " rows of ", layout.spec.kv_dim(), ", this backend keeps ",
+                 config_.n_layers, " layers of ", kv_dtype_name(kv_dtype()), " rows of ", kv_local_, " (kv_spec())");
     OSPREY_CHECK(layout.bytes() <= kv_budget_, "cpu-reference: KV layout needs ", layout.bytes(), " bytes, budget is ",
                  kv_budget_, " (OSPREY_CPU_KV_BYTES)");
     layout_ = layout;
-    const size_t kv_dim = size_t(config_.kv_dim());
+    const size_t kv_dim = size_t(kv_local_);
     for (int i = 0; i < config_.n_layers; ++i) {
         const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
         kv_[i].k.assign(rows * kv_dim, 0.0f);
@@ -116,7 +210,7 @@ void CpuReference::allocate_kv(const KvLayout& layout) {
 
 void CpuReference::copy_kv(const KvCopyPlan& plan) {
     check_kv_copy_plan(plan, layout_);
-    const size_t kv_dim = size_t(config_.kv_dim());
+    const size_t kv_dim = size_t(kv_local_);
     for (const KvRowRun& r : plan.runs)
         for (int layer : layout_.spec.group(r.group).layers)
             for (std::vector<float>* cache : {&kv_[layer].k, &kv_[layer].v})
@@ -124,7 +218,9 @@ void CpuReference::copy_kv(const KvCopyPlan& plan) {
                             cache->data() + size_t(r.dst) * kv_dim);
 }
 
-void CpuReference::check_batch(const ForwardBatch& batch) const { check_forward_batch(batch, config_, layout_); }
+void CpuReference::check_batch(const ForwardBatch& batch) const {
+    check_forward_batch(batch, config_, layout_);
+}
 
 void CpuReference::dump(std::string_view name, int layer, std::span<const float> values) const {
     if (dump_) dump_(name, layer, values);
@@ -146,10 +242,10 @@ void CpuReference::forward(const ForwardBatch& batch) {
     const size_t T = size_t(step.n_tokens);
     x_.resize(T * c.d_model);
     xn_.resize(T * c.d_model);
-    q_.resize(T * c.q_dim());
-    k_.resize(T * c.kv_dim());
-    v_.resize(T * c.kv_dim());
-    attn_.resize(T * c.q_dim());
+    q_.resize(T * q_local_);
+    k_.resize(T * kv_local_);
+    v_.resize(T * kv_local_);
+    attn_.resize(T * q_local_);
     proj_.resize(T * c.d_model);
     router_.resize(T * c.n_experts);
     moe_.resize(T * c.d_model);
@@ -170,23 +266,26 @@ void CpuReference::forward(const ForwardBatch& batch) {
     unembed(step);
 }
 
-// One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b.
+// One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b. A tensor-parallel
+// rank computes its heads only; the out-projection's partial sums are all-reduced over its TP group.
 void CpuReference::attention_block(int layer, const Step& step) {
     const Config& c = config_;
-    const LayerWeights& w = weights_.layers[layer];
+    const LayerSlices& w = slices_[layer];
     const LayerVectors& lv = vectors_[layer];
     const int T = step.n_tokens;
+    const int QL = q_local_, KL = kv_local_;  // this rank's widths (the whole q_dim, kv_dim unsharded)
+    const int n_heads = piece_.heads.count, n_kv_heads = piece_.kv_heads.count;
 
     // xn = rmsnorm(x) · gain                                            [T, d_model]
     cpu::rmsnorm(xn_, x_, lv.attn_norm, T, c.d_model, c.norm_eps, *pool_);
     dump("attn_norm", layer, xn_);
-    // q, k, v = xn · Wᵀ + b                                             [T, q_dim], [T, kv_dim] x2
-    cpu::matmul_bf16w(q_, xn_, bf16_view(w.q_w), lv.q_b, T, c.d_model, c.q_dim(), *pool_);
-    cpu::matmul_bf16w(k_, xn_, bf16_view(w.k_w), lv.k_b, T, c.d_model, c.kv_dim(), *pool_);
-    cpu::matmul_bf16w(v_, xn_, bf16_view(w.v_w), lv.v_b, T, c.d_model, c.kv_dim(), *pool_);
+    // q, k, v = xn · Wᵀ + b                                             [T, QL], [T, KL] x2
+    cpu::matmul_bf16w(q_, xn_, w.q_w, lv.q_b, T, c.d_model, QL, *pool_);
+    cpu::matmul_bf16w(k_, xn_, w.k_w, lv.k_b, T, c.d_model, KL, *pool_);
+    cpu::matmul_bf16w(v_, xn_, w.v_w, lv.v_b, T, c.d_model, KL, *pool_);
     // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin)
-    cpu::rope(q_, step.positions, c.n_heads, c.head_dim, rope_.cos(), rope_.sin());
-    cpu::rope(k_, step.positions, c.n_kv_heads, c.head_dim, rope_.cos(), rope_.sin());
+    cpu::rope(q_, step.positions, n_heads, c.head_dim, rope_.cos(), rope_.sin());
+    cpu::rope(k_, step.positions, n_kv_heads, c.head_dim, rope_.cos(), rope_.sin());
     dump("q", layer, q_);
     dump("k", layer, k_);
     dump("v", layer, v_);
@@ -197,10 +296,10 @@ void CpuReference::attention_block(int layer, const Step& step) {
     const LayerKv& cache = kv_[layer];
     for (const SequenceSlice& sl : step.batch->slices) {
         const size_t t0 = size_t(sl.first_token);
-        const std::span<const int32_t> blocks = sliding ? std::span<const int32_t>(&sl.window_slot, 1)
-                                                        : std::span<const int32_t>(sl.pages);
-        cpu::attention_sinks({.out = std::span(attn_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
-                              .q = std::span<const float>(q_).subspan(t0 * c.q_dim(), size_t(sl.n_tokens) * c.q_dim()),
+        const std::span<const int32_t> blocks =
+            sliding ? std::span<const int32_t>(&sl.window_slot, 1) : std::span<const int32_t>(sl.pages);
+        cpu::attention_sinks({.out = std::span(attn_).subspan(t0 * QL, size_t(sl.n_tokens) * QL),
+                              .q = std::span<const float>(q_).subspan(t0 * QL, size_t(sl.n_tokens) * QL),
                               .positions = std::span(step.positions).subspan(t0, sl.n_tokens),
                               .sinks = lv.sinks,
                               .kv = {.cache_k = cache.k.data(),
@@ -210,12 +309,12 @@ void CpuReference::attention_block(int layer, const Step& step) {
                                      .ring = sliding,
                                      .n_cached = sl.start_pos,
                                      .first_cached = sliding ? sl.window_first : 0,
-                                     .fresh_k = k_.data() + t0 * c.kv_dim(),
-                                     .fresh_v = v_.data() + t0 * c.kv_dim(),
-                                     .fresh_stride = c.kv_dim(),
+                                     .fresh_k = k_.data() + t0 * KL,
+                                     .fresh_v = v_.data() + t0 * KL,
+                                     .fresh_stride = KL,
                                      .n_fresh = sl.n_tokens},
-                              .n_heads = c.n_heads,
-                              .n_kv_heads = c.n_kv_heads,
+                              .n_heads = n_heads,
+                              .n_kv_heads = n_kv_heads,
                               .head_dim = c.head_dim,
                               .window = sliding ? c.sliding_window : 0,
                               .scale = 1.0f / std::sqrt(float(c.head_dim))},
@@ -226,7 +325,9 @@ void CpuReference::attention_block(int layer, const Step& step) {
     store_kv(layer, step);
 
     // x += attn · Woutᵀ + b                                             [T, d_model]
-    cpu::matmul_bf16w(proj_, attn_, bf16_view(w.out_w), lv.out_b, T, c.q_dim(), c.d_model, *pool_);
+    // (TP: each rank's heads give a partial sum, the bias on one rank; summed over the TP group)
+    cpu::matmul_bf16w(proj_, attn_, w.out_w, lv.out_b, T, QL, c.d_model, *pool_);
+    if (attn_comm_) attn_comm_->all_reduce_sum(proj_);
     dump("attn_out", layer, proj_);
     cpu::add(x_, proj_);
     dump("resid_attn", layer, x_);
@@ -235,8 +336,7 @@ void CpuReference::attention_block(int layer, const Step& step) {
 // Writes the step's K/V rows: full layers into the sequence's pages (except rows already cached),
 // sliding layers into the sequence's ring at row p % sliding_window (only the last window rows survive).
 void CpuReference::store_kv(int layer, const Step& step) {
-    const Config& c = config_;
-    const size_t kv_dim = size_t(c.kv_dim());
+    const size_t kv_dim = size_t(kv_local_);
     LayerKv& cache = kv_[layer];
     const bool sliding = layout_.spec.is_ring(layer);
     const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
@@ -253,33 +353,33 @@ void CpuReference::store_kv(int layer, const Step& step) {
     }
 }
 
-// One mixture-of-experts block (spec §3.6): x += Σ_top4 w_e · expert_e(rmsnorm(x)).
+// One mixture-of-experts block (spec §3.6): x += Σ_top4 w_e · expert_e(rmsnorm(x)). Every rank routes
+// every token (the router is replicated); a rank applies its experts' columns only, and the partial
+// outputs are all-reduced over the MoE group (TP-style dispatch and combine).
 void CpuReference::moe_block(int layer, const Step& step) {
     const Config& c = config_;
-    const LayerWeights& w = weights_.layers[layer];
+    const LayerSlices& w = slices_[layer];
     const LayerVectors& lv = vectors_[layer];
     const int T = step.n_tokens;
-    const int H = c.d_model, I = c.d_ff, k = c.top_k;
+    const int H = c.d_model, I = piece_.ff.count, k = c.top_k;  // I: this rank's intermediate columns
 
     // xn = rmsnorm(x) · gain                                            [T, d_model]
     cpu::rmsnorm(xn_, x_, lv.mlp_norm, T, H, c.norm_eps, *pool_);
     dump("mlp_norm", layer, xn_);
     // router logits = xn · Wgateᵀ + b                                   [T, n_experts]
-    cpu::matmul_bf16w(router_, xn_, bf16_view(w.router_w), lv.router_b, T, H, c.n_experts, *pool_);
+    cpu::matmul_bf16w(router_, xn_, bf16_view(weights_.layers[layer].router_w), lv.router_b, T, H, c.n_experts, *pool_);
     dump("router_logits", layer, router_);
     // top-4 experts on the raw logits, softmax over those four          [T, top_k]
     cpu::route_topk_softmax(expert_ids_, expert_weights_, router_, T, c.n_experts, k);
 
     // moe = Σ_e w_e · (W2_e · swiglu(W1_e · xn + b1_e) + b2_e), expert by expert over its tokens
     std::fill(moe_.begin(), moe_.end(), 0.0f);
-    const std::span<const uint8_t> mlp1_blocks = u8_view(w.mlp1_blocks), mlp1_scales = u8_view(w.mlp1_scales);
-    const std::span<const uint8_t> mlp2_blocks = u8_view(w.mlp2_blocks), mlp2_scales = u8_view(w.mlp2_scales);
-    const size_t w1_bytes = size_t(2) * I * H / 2, w1_scales = size_t(2) * I * H / 32;  // per expert
-    const size_t w2_bytes = size_t(H) * I / 2, w2_scales = size_t(H) * I / 32;
-    std::vector<int32_t> rows;    // [n] tokens routed to the expert
-    std::vector<float> weights;   // [n] their routing weights
-    std::vector<float> xe, gate_up, u, y;  // [n, d_model], [n, 2 d_ff], [n, d_ff], [n, d_model]
-    for (int e = 0; e < c.n_experts; ++e) {
+    std::vector<int32_t> rows;             // [n] tokens routed to the expert
+    std::vector<float> weights;            // [n] their routing weights
+    std::vector<float> xe, gate_up, u, y;  // [n, d_model], [n, 2 I], [n, I], [n, d_model]
+    const std::span<const float> no_bias;
+    for (int le = 0; le < piece_.experts.count && I > 0; ++le) {
+        const int e = piece_.experts.first + le;
         rows.clear();
         weights.clear();
         for (int t = 0; t < T; ++t)
@@ -295,54 +395,149 @@ void CpuReference::moe_block(int layer, const Step& step) {
         gate_up.resize(size_t(n) * 2 * I);
         u.resize(size_t(n) * I);
         y.resize(size_t(n) * H);
-        // gate_up = xe · W1_eᵀ + b1_e, rows interleaved gate/up          [n, 2 d_ff]
-        cpu::mxfp4_matmul(gate_up, xe, mlp1_blocks.subspan(e * w1_bytes, w1_bytes),
-                          mlp1_scales.subspan(e * w1_scales, w1_scales),
-                          std::span<const float>(lv.mlp1_bias).subspan(size_t(e) * 2 * I, size_t(2) * I), n, H,
-                          2 * I, *pool_);
-        // u = clamped swiglu(gate, up)                                 [n, d_ff]
+        // gate_up = xe · W1_eᵀ + b1_e, rows interleaved gate/up          [n, 2 I]
+        cpu::mxfp4_matmul(gate_up, xe, w.mlp1_blocks[size_t(le)], w.mlp1_scales[size_t(le)],
+                          std::span<const float>(lv.mlp1_bias).subspan(size_t(le) * 2 * I, size_t(2) * I), n, H, 2 * I,
+                          *pool_);
+        // u = clamped swiglu(gate, up)                                 [n, I]
         cpu::swiglu_clamped(u, gate_up, n, I, c.swiglu_alpha, c.swiglu_limit);
         // y = u · W2_eᵀ + b2_e                                           [n, d_model]
-        cpu::mxfp4_matmul(y, u, mlp2_blocks.subspan(e * w2_bytes, w2_bytes),
-                          mlp2_scales.subspan(e * w2_scales, w2_scales),
-                          std::span<const float>(lv.mlp2_bias).subspan(size_t(e) * H, H), n, I, H, *pool_);
+        cpu::mxfp4_matmul(
+            y, u, w.mlp2_blocks[size_t(le)], w.mlp2_scales[size_t(le)],
+            lv.mlp2_bias.empty() ? no_bias : std::span<const float>(lv.mlp2_bias).subspan(size_t(le) * H, H), n, I, H,
+            *pool_);
         // moe[t] += w · y                                               (b2 inside the weighted sum)
         for (int r = 0; r < n; ++r)
             cpu::add_scaled(std::span(moe_).subspan(size_t(rows[r]) * H, H),
                             std::span<const float>(y).subspan(size_t(r) * H, H), weights[r]);
     }
+    // (EP/TP: the ranks' partial sums, each expert's b2 from one rank; summed over the MoE group)
+    if (moe_comm_) moe_comm_->all_reduce_sum(moe_);
     dump("moe", layer, moe_);
     // x += moe
     cpu::add(x_, moe_);
     dump("resid_mlp", layer, x_);
 }
 
-// Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits.
+// Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits. A rank
+// of a parallel layout computes its vocabulary rows [piece_.vocab) only.
 void CpuReference::unembed(const Step& step) {
     const Config& c = config_;
     const int n = int(step.logit_rows.size());
+    const int V = piece_.vocab.count;
     n_logit_rows_ = n;
-    logits_.resize(size_t(n) * c.vocab_size);
+    logits_.resize(size_t(n) * V);
     if (n == 0) return;
     std::vector<float> rows(size_t(n) * c.d_model), normed(rows.size());  // [n, d_model] each
     for (int r = 0; r < n; ++r)
-        std::copy_n(x_.begin() + size_t(step.logit_rows[r]) * c.d_model, c.d_model, rows.begin() + size_t(r) * c.d_model);
+        std::copy_n(x_.begin() + size_t(step.logit_rows[r]) * c.d_model, c.d_model,
+                    rows.begin() + size_t(r) * c.d_model);
     // xn = rmsnorm(x) · gain                                            [n, d_model]
     cpu::rmsnorm(normed, rows, final_norm_, n, c.d_model, c.norm_eps, *pool_);
     dump("final_norm", -1, normed);
-    // logits = xn · Wunembᵀ (untied, no bias)                           [n, vocab]
-    cpu::matmul_bf16w(logits_, normed, bf16_view(weights_.unembedding), {}, n, c.d_model, c.vocab_size, *pool_);
+    // logits = xn · Wunembᵀ (untied, no bias)                           [n, V]
+    const std::span<const bf16> unembedding =
+        bf16_view(weights_.unembedding).subspan(size_t(piece_.vocab.first) * c.d_model, size_t(V) * c.d_model);
+    cpu::matmul_bf16w(logits_, normed, unembedding, {}, n, c.d_model, V, *pool_);
     dump("logits", -1, logits_);
 }
 
-void CpuReference::logits_to_host(std::vector<float>& out) { out = logits_; }
+void CpuReference::gather_logits(std::vector<float>& out) {
+    const int V = config_.vocab_size, n = n_logit_rows_;
+    if (!vocab_comm_ || vocab_comm_->size() == 1) {
+        out = logits_;
+        return;
+    }
+    // Each rank's [n, V_r] block, rank after rank, then interleaved back into rows of V.
+    const int ranks = vocab_comm_->size();
+    std::vector<size_t> counts(static_cast<size_t>(ranks));
+    std::vector<ShardRange> ranges(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        ranges[size_t(r)] = split_range(V, ranks, r);
+        counts[size_t(r)] = size_t(n) * size_t(ranges[size_t(r)].count);
+    }
+    OSPREY_CHECK(ranges[size_t(vocab_comm_->rank())].first == piece_.vocab.first &&
+                     ranges[size_t(vocab_comm_->rank())].count == piece_.vocab.count,
+                 "cpu-reference: vocabulary shard does not match the vocab group's split");
+    std::vector<float> blocks(size_t(n) * V);  // [ranks][n, V_r]
+    vocab_comm_->all_gather_v<float>(logits_, blocks, counts);
+    out.resize(size_t(n) * V);
+    size_t offset = 0;
+    for (int r = 0; r < ranks; ++r) {
+        const ShardRange v = ranges[size_t(r)];
+        for (int row = 0; row < n; ++row)
+            std::copy_n(blocks.begin() + ptrdiff_t(offset + size_t(row) * v.count), v.count,
+                        out.begin() + ptrdiff_t(size_t(row) * V + v.first));
+        offset += counts[size_t(r)];
+    }
+}
+
+void CpuReference::logits_to_host(std::vector<float>& out) {
+    gather_logits(out);
+}
+
+// Greedy rows with nothing that needs the whole row on one rank (no bias, penalties or top
+// logprobs): each rank finds its shard's best logit and log-sum-exp, and the ranks exchange those
+// three numbers per row instead of the logits. Same token as the sampler (ties: lowest id; NaN
+// counts as -inf) and the same log-probability up to the order of the exp sums. False, doing
+// nothing, when some row needs the full sampler.
+bool CpuReference::distributed_greedy(std::span<const SamplingParams> params, std::span<SampleResult> out) {
+    for (const SamplingParams& p : params)
+        if (!p.is_greedy() || p.top_logprobs > 0 || !p.logit_bias.empty() || p.repetition_penalty != 1.0f ||
+            p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f)
+            return false;
+    struct Best {
+        float max;       // largest logit of the shard (-inf if none is finite)
+        int32_t token;   // its id (global), lowest on ties
+        double sum_exp;  // Σ exp(logit - max) over the shard
+    };
+    const int n = n_logit_rows_, V = piece_.vocab.count, ranks = vocab_comm_->size();
+    std::vector<Best> mine(static_cast<size_t>(n));
+    for (int row = 0; row < n; ++row) {
+        const float* x = logits_.data() + size_t(row) * V;
+        auto value = [&](int t) { return std::isnan(x[t]) ? -INFINITY : x[t]; };
+        int best = 0;
+        for (int t = 1; t < V; ++t)
+            if (value(t) > value(best)) best = t;
+        Best b{value(best), piece_.vocab.first + best, 0.0};
+        if (std::isfinite(b.max))
+            for (int t = 0; t < V; ++t) b.sum_exp += std::exp(double(value(t)) - double(b.max));
+        mine[size_t(row)] = b;
+    }
+    std::vector<Best> all(size_t(n) * ranks);  // [ranks][n]
+    vocab_comm_->all_gather<Best>(mine, all);
+    for (int row = 0; row < n; ++row) {
+        Best g = all[size_t(row)];
+        for (int r = 1; r < ranks; ++r)  // shards in vocabulary order: strictly greater keeps the lowest id
+            if (all[size_t(r) * n + row].max > g.max) g = all[size_t(r) * n + row];
+        double sum = 0.0;
+        for (int r = 0; r < ranks && std::isfinite(g.max); ++r) {
+            const Best& b = all[size_t(r) * n + row];
+            if (std::isfinite(b.max)) sum += b.sum_exp * std::exp(double(b.max) - double(g.max));
+        }
+        out[size_t(row)].token = g.token;
+        out[size_t(row)].logprob = std::isfinite(g.max) ? float(-std::log(sum)) : 0.0f;
+        out[size_t(row)].top.clear();
+    }
+    return true;
+}
 
 void CpuReference::sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                           std::span<SampleResult> out) {
     OSPREY_CHECK(int(params.size()) == n_logit_rows_ && state.size() == params.size() && out.size() == params.size(),
                  "sample: ", params.size(), " parameter sets, ", state.size(), " states and ", out.size(),
                  " results for ", n_logit_rows_, " logit rows");
-    cpu::sample_rows(logits_, config_.vocab_size, params, state, out, *pool_);
+    if (!vocab_comm_ || vocab_comm_->size() == 1) {
+        cpu::sample_rows(logits_, config_.vocab_size, params, state, out, *pool_);
+        return;
+    }
+    // Split vocabulary: greedy rows by a distributed argmax; anything else gathers the rows and runs
+    // the one sampler (penalties, top-k/p, logprobs and the seeded draw need the whole row), on the
+    // group's first rank (its results are the runner's).
+    if (distributed_greedy(params, out)) return;
+    std::vector<float> full;
+    gather_logits(full);
+    if (vocab_comm_->rank() == 0) cpu::sample_rows(full, config_.vocab_size, params, state, out, *pool_);
 }
 
 }  // namespace osprey::model

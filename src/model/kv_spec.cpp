@@ -34,9 +34,12 @@ void check_page_size(int page_size, std::string_view what) {
                  kMaxPageSize, "] tokens, got ", page_size);
 }
 
-KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size)
-    : dtype_(dtype), page_size_(page_size), sliding_window_(config.sliding_window), kv_dim_(config.kv_dim()) {
+KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size, int tp)
+    : dtype_(dtype), page_size_(page_size), sliding_window_(config.sliding_window) {
     check_page_size(page_size);
+    OSPREY_CHECK(tp >= 1 && config.n_kv_heads % tp == 0, "KV spec: ", config.n_kv_heads,
+                 " KV heads do not split over ", tp, " tensor-parallel ranks");
+    kv_dim_ = config.kv_dim() / tp;
     OSPREY_CHECK(config.n_layers > 0 && config.sliding_window > 0 && config.kv_dim() > 0, "KV spec: ", config.n_layers,
                  " layers, sliding window ", config.sliding_window, ", kv_dim ", config.kv_dim());
     const size_t row = 2 * tensor_row_bytes();  // K and V

@@ -52,7 +52,9 @@ struct KvGroup {
 class KvSpec {
 public:
     KvSpec() = default;  // no groups: nothing allocated yet
-    KvSpec(const Config& config, KvDtype dtype, int page_size);
+    // tp > 1: the spec of one tensor-parallel rank, which holds n_kv_heads / tp whole KV heads
+    // (model/parallel_layout.h); pages and slots keep the same ids on every rank, only rows narrow.
+    KvSpec(const Config& config, KvDtype dtype, int page_size, int tp = 1);
 
     KvDtype dtype() const { return dtype_; }
     int page_size() const { return page_size_; }

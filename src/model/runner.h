@@ -29,8 +29,12 @@ public:
     // The element type this backend keeps K/V in: with the config and a page size it makes the
     // KvSpec that sizes the cache.
     virtual KvDtype kv_dtype() const = 0;
+    // The KV layout at `page_size` that allocate_kv() takes: the spec of the config and kv_dtype(),
+    // or, for a backend split over tensor-parallel ranks, of one rank (each holds its KV heads only,
+    // so bytes per page shrink; the engine sizes and addresses the cache the same way).
+    virtual KvSpec kv_spec(int page_size) const { return KvSpec(config(), kv_dtype(), page_size); }
     // Bytes the backend can give to the KV cache (device memory left after weights and workspace,
-    // or a host budget for the CPU backend).
+    // or a host budget for the CPU backend); per rank for a parallel backend, like kv_spec().
     virtual size_t kv_budget_bytes() const = 0;
     // (Re)allocates the KV storage for `layout` (whose spec must use kv_dtype()); invalidates
     // everything cached before. Throws osprey::Error when it does not fit the budget.
@@ -58,7 +62,7 @@ public:
 // cache themselves: benchmarks, tests, single-sequence generation).
 inline KvLayout kv_layout_for(const ModelRunner& runner, int page_size, int n_pages, int n_window_slots) {
     KvLayout layout;
-    layout.spec = KvSpec(runner.config(), runner.kv_dtype(), page_size);
+    layout.spec = runner.kv_spec(page_size);
     layout.n_pages = n_pages;
     layout.n_window_slots = n_window_slots;
     return layout;

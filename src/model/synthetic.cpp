@@ -64,6 +64,9 @@ struct Preset {
 };
 constexpr Preset kPresets[] = {
     {"tiny", 4, 128, 8, 1, 64, 8, 4, 128},
+    // tiny with gpt-oss's 8 KV heads, so tensor parallelism runs up to TP 8 on the CPU backend; an
+    // expert intermediate of 6 MXFP4 groups (uneven over 4 ranks, empty on some of 8).
+    {"tiny-tp", 4, 128, 16, 8, 64, 8, 4, 192},
     {"20b", 24, 2880, 64, 8, 64, 32, 4, 2880},
     {"120b", 36, 2880, 64, 8, 64, 128, 4, 2880},
 };

@@ -18,7 +18,8 @@
 
 namespace osprey::model {
 
-// Presets: "tiny" (4 layers, d_model 128, 8 experts; real vocab and RoPE), "20b", "120b".
+// Presets: "tiny" (4 layers, d_model 128, 8 experts; real vocab and RoPE), "tiny-tp" (tiny with 16
+// query / 8 KV heads, for tensor parallelism up to 8), "20b", "120b".
 Config preset_config(std::string_view preset);
 std::vector<std::string> preset_names();
 

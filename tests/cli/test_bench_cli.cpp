@@ -64,6 +64,12 @@ protected:
         return d;
     }
     static void TearDownTestSuite() { fs::remove_all(dir()); }
+    // The tiny-tp preset (8 KV heads) in dir()/tiny-tp, written once per process.
+    static void make_tiny_tp() {
+        if (fs::exists(dir() / "tiny-tp" / "config.json")) return;
+        const CliRun made = osprey_run("make-model --preset tiny-tp --out tiny-tp --threads 1", dir());
+        ASSERT_EQ(made.rc, 0) << made.out;
+    }
 
     // Runs a bench command that must succeed and returns its parsed, structure-checked report.
     static json::Value report_of(const std::string& args, const std::string& prefix) {
@@ -160,6 +166,46 @@ TEST_F(BenchCli, DecodeSweepsBatchesAndContextsWithEveryFill) {
     }
 }
 
+// The parallel layouts end to end on the CPU backend: a model with 8 KV heads (preset tiny-tp), the
+// layout and its GPU count in every report, and the cost computed for that many GPUs.
+TEST_F(BenchCli, ParallelLayoutsRunAndAreRecorded) {
+    make_tiny_tp();
+    struct Case {
+        const char* flags;
+        const char* label;
+        int n_gpus;
+    };
+    for (const Case& c :
+         {Case{"--tp 2", "TP2", 2}, Case{"--tp 4 --ep 4", "TP4 EP4", 4}, Case{"--ep 2", "TP1 EP2", 2}}) {
+        const std::string name = std::string("par-") + std::to_string(c.n_gpus) + "-" + c.label[2];
+        const json::Value p =
+            report_of(std::string("bench prefill --model tiny-tp --backend cpu --lengths 20 --repeats 1 "
+                                  "--warmup 0 --gpu-price 2.5 --threads 2 ") +
+                          c.flags,
+                      name + "-prefill");
+        const json::Value d =
+            report_of(std::string("bench decode --model tiny-tp --backend cpu --batches 2 --contexts 24 "
+                                  "--steps 2 --warmup 0 --gpu-price 2.5 --page-size 16 --threads 2 ") +
+                          c.flags,
+                      name + "-decode");
+        for (const json::Value* v : {&p, &d}) {
+            const json::Value& run = v->at("run");
+            EXPECT_EQ(run.at("layout").at("label").as_string(), c.label);
+            EXPECT_EQ(run.at("layout").at("n_gpus").as_int(), c.n_gpus);
+            EXPECT_DOUBLE_EQ(run.at("price_per_hour_usd").as_double(), 2.5 * c.n_gpus);
+            EXPECT_NE(run.at("device").as_string().find(c.label), std::string::npos) << run.at("device").as_string();
+        }
+        const json::Value& row = p.at("results").as_array().at(0);
+        const double tps = row.at("input_tokens_per_s").as_double();
+        EXPECT_NEAR(row.at("cost_per_million_input_usd").as_double(), 2.5 * c.n_gpus / 3600 / tps * 1e6,
+                    1e-9 * (1 + 1e6 / tps));
+        const json::Value& drow = d.at("results").as_array().at(0);
+        EXPECT_NEAR(drow.at("cost_per_million_output_usd").as_double(),
+                    2.5 * c.n_gpus / 3600 / drow.at("total_tokens_per_s").as_double() * 1e6,
+                    1e-6 * drow.at("cost_per_million_output_usd").as_double());
+    }
+}
+
 TEST_F(BenchCli, PlotDrawsValidPngAndSvg) {
     report_of("bench prefill --backend cpu --lengths 8,16 --repeats 1 --warmup 0 --threads 1", "plot-prefill");
     report_of("bench decode --backend cpu --batches 1,2 --contexts 32 --steps 1 --warmup 0 --threads 1", "plot-decode");
@@ -211,9 +257,12 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         const char* message;
     };
     const Case cases[] = {
-        {"bench prefill --tp 2", "tensor parallelism is not implemented yet"},
-        {"bench decode --ep 4", "expert parallelism is not implemented yet"},
+        {"bench prefill --backend cpu --tp 2", "--tp 2: the model's 1 KV heads do not split"},
+        {"bench decode --backend cpu --ep 3", "--ep 3: the model's 8 experts do not split evenly"},
+        {"bench decode --tp 2 --ep 3", "must divide one another"},
+        {"bench decode --backend cpu --dp 2", "attention data parallelism is designed"},
         {"bench decode --dp 0", "--dp must be in [1, 1024]"},
+        {"serve --tp 0", "--tp must be in [1, 1024]"},
         // One bound for every command and the engine (model/kv_spec.h); checked before the model loads.
         {"bench decode --page-size 2048", "--page-size must be in [1, 1024] tokens, got 2048"},
         {"bench prefill --page-size 0", "--page-size must be in [1, 1024] tokens, got 0"},
@@ -246,7 +295,9 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
 // `osprey serve` with the tiny model on a free port, stopped at the end of the test.
 class ServeProcess {
 public:
-    explicit ServeProcess(const fs::path& dir) : log_(dir / "serve.log") {
+    explicit ServeProcess(const fs::path& dir, std::vector<std::string> extra = {},
+                          const std::string& log = "serve.log")
+        : log_(dir / log) {
         pid_ = ::fork();
         if (pid_ == 0) {
             const std::string cache = (dir / "cache").string();
@@ -254,8 +305,14 @@ public:
             std::freopen(log_.c_str(), "w", stdout);
             ::dup2(::fileno(stdout), 2);
             const std::string tok = std::string(OSPREY_SHARED_DIR) + "/data/o200k_base.tiktoken";
-            ::execl(OSPREY_EXE, OSPREY_EXE, "serve", "--port", "0", "--backend", "cpu", "--threads", "1",
-                    "--max-num-seqs", "4", "--kv-cache-tokens", "8192", "--tokenizer", tok.c_str(), (char*)nullptr);
+            std::vector<std::string> args = {OSPREY_EXE,    "serve", "--port",         "0", "--backend",         "cpu",
+                                             "--threads",   "1",     "--max-num-seqs", "4", "--kv-cache-tokens", "8192",
+                                             "--tokenizer", tok};
+            args.insert(args.end(), extra.begin(), extra.end());
+            std::vector<char*> argv;
+            for (auto& a : args) argv.push_back(a.data());
+            argv.push_back(nullptr);
+            ::execv(OSPREY_EXE, argv.data());
             std::_Exit(127);
         }
         for (int i = 0; i < 1200 && url_.empty(); ++i) {  // up to 60 s (the first run writes the tiny model)
@@ -363,6 +420,32 @@ TEST_F(BenchCli, ServeAgainstARealOspreyServe) {
     EXPECT_GE(metric("osprey_window_restores_total") - restores_before, 3) << "requests 3-5 restore the saved ring";
     EXPECT_GT(metric("osprey_prefix_cache_hits_total"), 0);
     EXPECT_NE(slurp(dir() / "serve-prefix.md").find("prompts 80 shared words + ~6 words"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace osprey
+
+namespace osprey {
+namespace {
+
+// `osprey serve --tp 2 --ep 2` (2 ranks, one thread each) answering `bench serve` end to end.
+TEST_F(BenchCli, ServeWithAParallelLayout) {
+    if (!fs::exists(fs::path(OSPREY_SHARED_DIR) / "data" / "o200k_base.tiktoken"))
+        GTEST_SKIP() << "no o200k_base.tiktoken under OSPREY_SHARED_DIR: osprey serve needs it";
+    make_tiny_tp();
+    const ServeProcess server(dir(), {"--model", (dir() / "tiny-tp").string(), "--tp", "2", "--ep", "2"},
+                              "serve-parallel.log");
+    ASSERT_FALSE(server.url().empty()) << server.log();
+    EXPECT_NE(server.log().find("cpu-reference TP2 EP2 (2 ranks)"), std::string::npos) << server.log();
+    const json::Value v = report_of("bench serve --endpoint completions --url " + server.url() +
+                                        " --concurrency 2 --requests 3 --input-len 12 --output-len 6 --tp 2 --ep 2",
+                                    "serve-parallel");
+    EXPECT_EQ(v.at("run").at("layout").at("label").as_string(), "TP2 EP2");
+    EXPECT_EQ(v.at("run").at("layout").at("n_gpus").as_int(), 2);
+    const json::Value& r = v.at("results").as_array().at(0);
+    EXPECT_EQ(r.at("ok").as_int(), 3) << r.dump();
+    EXPECT_EQ(r.at("failed").as_int(), 0);
+    EXPECT_GT(r.at("mean_output_tokens").as_double(), 0);
 }
 
 }  // namespace

@@ -280,8 +280,8 @@ TEST(synthetic, full_size_layouts_match_the_published_counts_and_bytes) {
 TEST(synthetic, presets_and_errors) {
     EXPECT_EQ(preset_config("20b").n_layers, 24);
     EXPECT_EQ(preset_config("120b").n_experts, 128);
-    EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "20b", "120b"}));
-    expect_error([] { preset_config("7b"); }, {"unknown preset '7b'", "tiny, 20b, 120b"});
+    EXPECT_EQ(preset_names(), (std::vector<std::string>{"tiny", "tiny-tp", "20b", "120b"}));
+    expect_error([] { preset_config("7b"); }, {"unknown preset '7b'", "tiny, tiny-tp, 20b, 120b"});
     SyntheticOptions o;
     o.out = "";
     expect_error([&] { write_synthetic_checkpoint(test::small_config(), o); }, {"no output folder"});

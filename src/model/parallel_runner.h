@@ -1,0 +1,90 @@
+// Tensor and expert parallelism on the CPU backend: one ModelRunner that drives one CpuReference
+// shard per rank of a ParallelLayout (model/parallel_layout.h), each on a thread of its own, joined by
+// in-process communicators (comm/in_process.h). The engine sees one runner and knows nothing of the
+// ranks beyond the per-rank KV spec (kv_spec(): each rank holds its KV heads only), so it sizes the
+// cache per rank and hands every rank the same page and slot ids.
+//
+// A call runs on every rank's thread and returns when all are done: forward (collectives inside:
+// out-projection and MoE all-reduces), copy_kv (each rank copies its own rows), logits_to_host and
+// sample (the vocabulary is split; see CpuReference::sample). The first rank's results are the
+// runner's. Batches and copy plans are checked here before any rank starts, so a bad request never
+// leaves a rank waiting in a collective; if a rank throws anyway, the communicators are aborted, the
+// error is rethrown, and the runner refuses further work (a step's KV state is then unknown).
+//
+// The CUDA backend will slot in the same way: one worker thread per GPU, a CudaRunner shard per rank,
+// NCCL communicators behind comm::Communicator (docs/architecture.md, "Parallelism").
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "model/gpt_oss_ref.h"
+#include "model/parallel_layout.h"
+
+namespace osprey::model {
+
+struct ParallelRunnerOptions {
+    ParallelLayout layout = {};
+    size_t kv_budget_bytes = 0;  // per rank (CpuReferenceOptions); 0: $OSPREY_CPU_KV_BYTES, else 2 GiB
+    int n_threads = 0;           // CPU threads in all, shared out over the ranks; 0: every core
+};
+
+class ParallelRunner : public ModelRunner {
+public:
+    ParallelRunner(const Weights& weights, ParallelRunnerOptions options);
+    ~ParallelRunner() override;
+    ParallelRunner(const ParallelRunner&) = delete;
+    ParallelRunner& operator=(const ParallelRunner&) = delete;
+
+    const Config& config() const override { return config_; }
+    std::string name() const override;  // "cpu-reference TP2 EP2 (2 ranks)"
+    KvDtype kv_dtype() const override { return KvDtype::f32; }
+    KvSpec kv_spec(int page_size) const override;  // one rank's: n_kv_heads / tp heads per row
+    size_t kv_budget_bytes() const override;       // one rank's
+    void allocate_kv(const KvLayout& layout) override;
+    void forward(const ForwardBatch& batch) override;
+    void copy_kv(const KvCopyPlan& plan) override;
+    void logits_to_host(std::vector<float>& out) override;
+    void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
+                std::span<SampleResult> out) override;
+
+    const ParallelLayout& layout() const { return layout_; }
+    int n_ranks() const { return int(ranks_.size()); }
+    CpuReference& rank(int r) { return *ranks_[size_t(r)]; }  // for tests (dump hooks)
+
+private:
+    // Runs fn(rank) on every rank's thread and waits; rethrows the first error after aborting the
+    // communicators (a rank may be blocked in a collective waiting for the failed one).
+    void run(const std::function<void(int)>& fn);
+    void worker(int rank);
+    void stop_threads();
+
+    Config config_;
+    ParallelLayout layout_;
+    KvLayout kv_layout_;
+    int n_logit_rows_ = 0;                                    // of the last forward (-1 while one runs)
+    std::vector<std::unique_ptr<comm::Communicator>> world_;  // [ranks]
+    struct RankComms {
+        std::unique_ptr<comm::Communicator> attn, vocab;  // attention TP group, DP group
+    };
+    std::vector<RankComms> comms_;                      // [ranks]
+    std::vector<std::unique_ptr<CpuReference>> ranks_;  // [ranks]
+
+    std::mutex mu_;
+    std::condition_variable cv_job_, cv_done_;
+    const std::function<void(int)>* job_ = nullptr;
+    uint64_t generation_ = 0;
+    int pending_ = 0;
+    bool stop_ = false;
+    std::exception_ptr error_;
+    bool broken_ = false;
+    std::vector<std::thread> threads_;  // [ranks]
+};
+
+}  // namespace osprey::model
