@@ -22,6 +22,9 @@
 //      out[t] = Σ_slot w · y[t, slot] in slot order (as moe_combine) and resets that counter.
 // mlp2 is launched with programmatic dependent launch: its routing and first weight loads run while
 // mlp1 drains; griddepcontrol.wait precedes every read of u and every write.
+//
+// scripts/emulate_moe_decode.sh runs this file's device code on the CPU (tests/kernels/emu): the
+// parts under #ifndef OSPREY_CUDA_EMULATION are what the emulation replaces (PTX, launches).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -88,6 +91,7 @@ struct Chunk {
     uint32_t sa, sb;
 };
 
+#ifndef OSPREY_CUDA_EMULATION
 __device__ __forceinline__ void griddep_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
@@ -109,6 +113,7 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
     return r;
 }
+#endif  // OSPREY_CUDA_EMULATION
 
 // Nibbles j and j + 4 of w (elements 8i + j, 8i + j + 4 of the group) as one BF16x2 of FP4 · 2^-126:
 // with the two nibbles isolated at bits [3:0] and [19:16] (mul 4160 = 2^12 + 2^6) or [7:4] and
@@ -424,7 +429,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
     const int64_t f0 = sp.first_step(gw), f1 = sp.first_step(gw + 1);
 
     // First kPipe k-steps of weights in flight before anything else.
-    WeightStream ws;
+    WeightStream ws{};
     ws.blk8 = size_t(8) * p.n_groups * 16, ws.sc8 = size_t(8) * p.n_groups;
     ws.at.init(f0, p);
     ws.seek_row(p, rt, g, c);
@@ -504,18 +509,14 @@ size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
-int max_ctas() {
-    static const int n = kCtasPerSm * sm_count();
-    return n;
-}
-
-Layout layout(int n_experts, int d_model, int d_ff) {
+// max_ctas: the most CTAs a projection's grid may have (kCtasPerSm per SM).
+Layout layout(int n_experts, int d_model, int d_ff, int max_ctas) {
     const int max_active = std::min(n_experts, kMaxActive);
     Layout l{};
     size_t at = 0;
     l.u = at, at += align256(sizeof(bf16) * kMaxTokens * kTopK * d_ff);
     l.y = at, at += align256(sizeof(float) * kMaxTokens * kTopK * d_model);
-    l.pieces = at, at += align256(sizeof(float) * size_t(max_ctas()) * kWarps * 2 * kPieceFloats);
+    l.pieces = at, at += align256(sizeof(float) * size_t(max_ctas) * kWarps * 2 * kPieceFloats);
     l.count1 = at, at += align256(sizeof(int) * size_t(max_active) * (2 * d_ff / 16));
     l.count2 = at, at += align256(sizeof(int) * size_t(max_active) * (d_model / 16));
     l.tiles = at, at += align256(sizeof(int) * size_t(d_model / 16));
@@ -523,48 +524,18 @@ Layout layout(int n_experts, int d_model, int d_ff) {
     return l;
 }
 
-// CTAs of a projection: at most kCtasPerSm per SM, and few enough that every warp gets at least one
-// k-step when only top_k experts are active (the fewest possible).
-int grid_for(int n_mtiles, int n_ks) {
+// CTAs of a projection: at most max_ctas, and few enough that every warp gets at least one k-step
+// when only top_k experts are active (the fewest possible).
+int grid_for(int n_mtiles, int n_ks, int max_ctas) {
     const int64_t min_steps = int64_t(kTopK) * n_mtiles * n_ks;
-    return int(std::max<int64_t>(1, std::min<int64_t>(max_ctas(), min_steps / kWarps)));
-}
-
-template <Proj kProj>
-void set_smem_limit() {
-    static const bool done = [] {
-        int device = 0, max_optin = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        CUDA_CHECK(cudaFuncSetAttribute(moe_decode_kernel<kProj>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        max_optin - int(sizeof(Routing))));
-        return true;
-    }();
-    (void)done;
-}
-
-size_t smem_limit() {
-    static const size_t n = [] {
-        int device = 0, max_optin = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        return size_t(max_optin) - sizeof(Routing);
-    }();
-    return n;
+    return int(std::max<int64_t>(1, std::min<int64_t>(max_ctas, min_steps / kWarps)));
 }
 
 bool aligned16(const void* ptr) {
     return reinterpret_cast<uintptr_t>(ptr) % 16 == 0;
 }
 
-}  // namespace
-
-size_t moe_decode_workspace_bytes(int n_experts, int d_model, int d_ff) {
-    OSPREY_CHECK(n_experts > 0 && d_model > 0 && d_ff > 0, "moe_decode_workspace_bytes: bad shape");
-    return layout(n_experts, d_model, d_ff).total;
-}
-
-void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
+void check_args(const MoeDecodeArgs& a) {
     OSPREY_CHECK(a.n_tokens >= 0 && a.n_tokens <= kMaxTokens, "moe_decode: n_tokens = ", a.n_tokens, " must be in [0, ",
                  kMaxTokens, "] (larger batches: MoeStep)");
     OSPREY_CHECK(a.top_k == kTopK, "moe_decode: top_k = ", a.top_k, ", only ", kTopK, " is supported");
@@ -581,14 +552,23 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     }
     OSPREY_CHECK(aligned16(a.h), "moe_decode: h must be 16-byte aligned");
     OSPREY_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0, "moe_decode: workspace must be 256-byte aligned");
-    // Weight rows are addressed in 64-bit; counters index units in 32 bits.
+    // Counters and unit indices are 32-bit.
     OSPREY_CHECK(int64_t(kMaxActive) * (2 * a.d_ff / 16) < (int64_t(1) << 30), "moe_decode: d_ff too large");
+}
 
-    const Layout l = layout(a.n_experts, a.d_model, a.d_ff);
+// The two launches' parameters, grids and dynamic shared memory, for a checked non-empty batch.
+struct Plan {
+    Params p1, p2;
+    int grid1, grid2;
+    size_t smem1, smem2;
+};
+
+Plan plan(const MoeDecodeArgs& a, int max_ctas) {
+    const Layout l = layout(a.n_experts, a.d_model, a.d_ff, max_ctas);
     uint8_t* ws = static_cast<uint8_t*>(a.workspace);
     const int max_active = std::min(a.n_experts, kTopK * a.n_tokens);
-
-    Params p1{};
+    Plan pl{};
+    Params& p1 = pl.p1;
     p1.blocks = a.mlp1.blocks, p1.scales = a.mlp1.scales;
     p1.bias = reinterpret_cast<const __nv_bfloat16*>(a.mlp1.bias);
     p1.router = a.router;
@@ -603,7 +583,8 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     p1.n_staged = 1;
     p1.alpha = a.swiglu_alpha, p1.limit = a.swiglu_limit;
 
-    Params p2 = p1;
+    Params& p2 = pl.p2;
+    p2 = p1;
     p2.blocks = a.mlp2.blocks, p2.scales = a.mlp2.scales;
     p2.bias = reinterpret_cast<const __nv_bfloat16*>(a.mlp2.bias);
     p2.act = p1.u;
@@ -616,37 +597,82 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     p2.n_ks = (p2.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
     p2.n_mtiles = p2.n_out / 16;
 
-    const int grid1 = grid_for(p1.n_mtiles, p1.n_ks), grid2 = grid_for(p2.n_mtiles, p2.n_ks);
+    pl.grid1 = grid_for(p1.n_mtiles, p1.n_ks, max_ctas);
+    pl.grid2 = grid_for(p2.n_mtiles, p2.n_ks, max_ctas);
     // Experts a CTA of mlp2 can touch: its range has at most ceil(S / grid) steps, i.e. at most
     // ceil(steps / n_ks) + 1 units, i.e. at most ceil(units / n_mtiles) + 1 experts.
-    {
-        const int64_t s_max = int64_t(max_active) * p2.n_mtiles * p2.n_ks;
-        const int64_t steps = (s_max + grid2 - 1) / grid2;
-        const int64_t units = (steps + p2.n_ks - 1) / p2.n_ks + 1;
-        p2.n_staged = int(std::min<int64_t>(max_active, (units + p2.n_mtiles - 1) / p2.n_mtiles + 1));
-    }
-    const size_t smem1 = size_t(p1.n_ks) * kStepBytes;
-    const size_t smem2 = size_t(p2.n_staged) * p2.n_ks * kStepBytes;
-    OSPREY_CHECK(smem1 <= smem_limit() && smem2 <= smem_limit(), "moe_decode: d_model = ", a.d_model,
-                 ", d_ff = ", a.d_ff, " need ", smem1, " / ", smem2, " bytes of shared memory, the device has ",
+    const int64_t s_max = int64_t(max_active) * p2.n_mtiles * p2.n_ks;
+    const int64_t steps = (s_max + pl.grid2 - 1) / pl.grid2;
+    const int64_t units = (steps + p2.n_ks - 1) / p2.n_ks + 1;
+    p2.n_staged = int(std::min<int64_t>(max_active, (units + p2.n_mtiles - 1) / p2.n_mtiles + 1));
+    pl.smem1 = size_t(p1.n_ks) * kStepBytes;
+    pl.smem2 = size_t(p2.n_staged) * p2.n_ks * kStepBytes;
+    return pl;
+}
+
+#ifndef OSPREY_CUDA_EMULATION
+int max_ctas() {
+    static const int n = kCtasPerSm * sm_count();
+    return n;
+}
+
+size_t smem_limit() {
+    static const size_t n = [] {
+        int device = 0, max_optin = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+        return size_t(max_optin) - sizeof(Routing);
+    }();
+    return n;
+}
+
+// Opts the kernel in, once, to all the dynamic shared memory a block may have.
+template <Proj kProj>
+void set_smem_limit() {
+    static const bool done = [] {
+        CUDA_CHECK(cudaFuncSetAttribute(moe_decode_kernel<kProj>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(smem_limit())));
+        return true;
+    }();
+    (void)done;
+}
+#endif  // OSPREY_CUDA_EMULATION
+
+}  // namespace
+
+#ifndef OSPREY_CUDA_EMULATION
+size_t moe_decode_workspace_bytes(int n_experts, int d_model, int d_ff) {
+    OSPREY_CHECK(n_experts > 0 && d_model > 0 && d_ff > 0, "moe_decode_workspace_bytes: bad shape");
+    return layout(n_experts, d_model, d_ff, max_ctas()).total;
+}
+
+void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
+    check_args(a);
+    if (a.n_tokens == 0) return;
+    const Plan pl = plan(a, max_ctas());
+    OSPREY_CHECK(pl.smem1 <= smem_limit() && pl.smem2 <= smem_limit(), "moe_decode: d_model = ", a.d_model,
+                 ", d_ff = ", a.d_ff, " need ", pl.smem1, " / ", pl.smem2, " bytes of shared memory, the device has ",
                  smem_limit());
     set_smem_limit<Proj::mlp1>();
     set_smem_limit<Proj::mlp2>();
 
-    moe_decode_kernel<Proj::mlp1><<<grid1, kThreads, smem1, stream>>>(p1);
+    moe_decode_kernel<Proj::mlp1><<<pl.grid1, kThreads, pl.smem1, stream>>>(pl.p1);
     CUDA_CHECK(cudaGetLastError());
 
+    // mlp2 may start (routing, first weight loads) while mlp1 drains; it waits for mlp1 before
+    // touching u, the scratch and the counters.
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(grid2);
+    cfg.gridDim = dim3(pl.grid2);
     cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem2;
+    cfg.dynamicSmemBytes = pl.smem2;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
     cfg.numAttrs = a.pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_decode_kernel<Proj::mlp2>, p2));
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_decode_kernel<Proj::mlp2>, pl.p2));
 }
+#endif  // OSPREY_CUDA_EMULATION
 
 }  // namespace osprey::cuda
