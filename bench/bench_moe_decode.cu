@@ -1,0 +1,207 @@
+// The decode MoE block (kernels/cuda/moe_decode.h, 2 launches) next to the current MoE step (route,
+// group, mlp1, mlp2, combine: "whole step (auto)"), at gpt-oss-20b / 120b shapes for T = 1, 2, 4, 8.
+// Bytes are what must be read: the distinct active experts' MXFP4 blocks + scales + BF16 biases of
+// both projections (averaged over the input sets); % is of 4.64 TB/s (H200 HBM3e, 4.8 TB/s nominal).
+// Each figure is per call, from a CUDA graph of kCalls calls (as the forward replays it), median of
+// kReps replays; inputs rotate over kInputs sets and weights over kLayers layers (> L2).
+//   usage: bench_moe_decode [20b|120b|all]
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_decode.h"
+#include "kernels/cuda/moe_group.h"
+#include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/moe_route.h"
+#include "tests/kernels/ref_moe.h"
+
+using namespace osprey;
+using cuda::DeviceBuffer;
+
+namespace {
+
+constexpr double kHbmGBps = 4640.0;
+constexpr int kLayers = 2, kInputs = 4, kTopK = 4, kCalls = 24, kReps = 15;
+
+struct Layer {
+    test::Mxfp4Projection mlp1, mlp2;
+    Layer(int n_experts, int d_model, int d_ff, uint64_t seed)
+        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116, false), mlp2(n_experts, d_model, d_ff, seed + 7, 116, false) {}
+};
+
+struct Inputs {
+    DeviceBuffer<bf16> h;
+    DeviceBuffer<float> logits, out;
+    int n_active = 0;
+};
+
+// Microseconds per fn call: kCalls calls captured in one graph, median over kReps replays.
+double time_graph_us(const std::function<void(int, cudaStream_t)>& fn) {
+    cuda::Stream stream;
+    cuda::Graph graph;
+    graph.capture(stream, [&] {
+        for (int i = 0; i < kCalls; ++i) fn(i, stream);
+    });
+    for (int i = 0; i < 3; ++i) graph.replay(stream);
+    stream.sync();
+    cuda::Event a, b;
+    std::vector<double> us;
+    for (int r = 0; r < kReps; ++r) {
+        a.record(stream);
+        graph.replay(stream);
+        b.record(stream);
+        b.sync();
+        us.push_back(1e3 * b.ms_since(a) / kCalls);
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+}
+
+void report(const char* what, double us, double bytes) {
+    const double gbps = bytes / (us * 1e3);
+    std::printf("%-40s %9.2f us %9.1f GB/s (%5.1f%% of 4.64 TB/s)\n", what, us, gbps, 100.0 * gbps / kHbmGBps);
+}
+
+void run_shape(const char* name, int n_experts) {
+    const int d_model = 2880, d_ff = 2880;
+    std::printf("\n== gpt-oss-%s: %d experts, d_model %d, d_ff %d ==\n", name, n_experts, d_model, d_ff);
+    std::vector<std::unique_ptr<Layer>> layers;
+    for (int l = 0; l < kLayers; ++l)
+        layers.push_back(std::make_unique<Layer>(n_experts, d_model, d_ff, 1000 + 17 * l));
+    const double expert_bytes = 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff +  // mlp1 blocks + scales + bias
+                                double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;  // mlp2
+    DeviceBuffer<uint8_t> ws(cuda::moe_decode_workspace_bytes(n_experts, d_model, d_ff));
+    ws.fill_bytes(0);
+    std::mt19937 rng(42);
+
+    for (int n_tokens : {1, 2, 4, 8}) {
+        const int rows = n_tokens * kTopK;
+        std::vector<Inputs> in(kInputs);
+        double n_active = 0;
+        for (auto& b : in) {
+            std::uniform_real_distribution<float> uni(-4.0f, 4.0f), hx(-2.0f, 2.0f);
+            std::vector<bf16> h(size_t(n_tokens) * d_model);
+            std::vector<float> logits(size_t(n_tokens) * n_experts);
+            for (auto& v : h) v = float_to_bf16(hx(rng));
+            for (auto& v : logits) v = uni(rng);
+            b.h.resize(h.size()), b.h.upload(h);
+            b.logits.resize(logits.size()), b.logits.upload(logits);
+            b.out.resize(size_t(n_tokens) * d_model);
+            std::set<int> active;  // top-4 per token (distinct random logits: no ties to break)
+            for (int t = 0; t < n_tokens; ++t) {
+                std::vector<int> order(n_experts);
+                for (int e = 0; e < n_experts; ++e) order[e] = e;
+                const float* r = logits.data() + size_t(t) * n_experts;
+                std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
+                                  [&](int x, int y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
+                active.insert(order.begin(), order.begin() + kTopK);
+            }
+            b.n_active = int(active.size());
+            n_active += double(b.n_active) / kInputs;
+        }
+        const double bytes = n_active * expert_bytes;
+        std::printf("-- %d token%s, %.2f distinct experts on average (%.1f MB of weights per call)\n", n_tokens,
+                    n_tokens > 1 ? "s" : "", n_active, bytes / 1e6);
+
+        auto decode = [&](int i, cudaStream_t s, bool pdl) {
+            Inputs& b = in[i % kInputs];
+            const Layer& l = *layers[i % kLayers];
+            cuda::moe_decode({.out = b.out.get(),
+                              .router = b.logits.get(),
+                              .h = b.h.get(),
+                              .mlp1 = l.mlp1.view(),
+                              .mlp2 = l.mlp2.view(),
+                              .workspace = ws.get(),
+                              .n_tokens = n_tokens,
+                              .n_experts = n_experts,
+                              .top_k = kTopK,
+                              .d_model = d_model,
+                              .d_ff = d_ff,
+                              .pdl = pdl},
+                             s);
+        };
+        // The current path's buffers (MoeStep's workspace).
+        DeviceBuffer<int32_t> ids(rows), offsets(n_experts + 1), sorted(rows),
+            scratch(std::max<size_t>(1, cuda::moe_group_scratch_elems(n_tokens, kTopK, n_experts)));
+        DeviceBuffer<float> w(rows), y(size_t(rows) * d_model);
+        DeviceBuffer<bf16> u(size_t(rows) * d_ff);
+        auto step = [&](int i, cudaStream_t s) {
+            Inputs& b = in[i % kInputs];
+            const Layer& l = *layers[i % kLayers];
+            cuda::moe_route_topk({.expert_ids = ids.get(),
+                                  .expert_weights = w.get(),
+                                  .logits = b.logits.get(),
+                                  .n_tokens = n_tokens,
+                                  .n_experts = n_experts,
+                                  .top_k = kTopK},
+                                 s);
+            cuda::moe_group_by_expert({.expert_offsets = offsets.get(),
+                                       .sorted_rows = sorted.get(),
+                                       .scratch = scratch.get(),
+                                       .expert_ids = ids.get(),
+                                       .n_tokens = n_tokens,
+                                       .n_experts = n_experts,
+                                       .top_k = kTopK},
+                                      s);
+            cuda::moe_mlp1({.u = u.get(),
+                            .x = b.h.get(),
+                            .w = l.mlp1.view(),
+                            .expert_offsets = offsets.get(),
+                            .sorted_rows = sorted.get(),
+                            .n_tokens = n_tokens,
+                            .n_experts = n_experts,
+                            .top_k = kTopK,
+                            .d_model = d_model,
+                            .d_ff = d_ff},
+                           s);
+            cuda::moe_mlp2({.y = y.get(),
+                            .u = u.get(),
+                            .w = l.mlp2.view(),
+                            .expert_offsets = offsets.get(),
+                            .sorted_rows = sorted.get(),
+                            .n_tokens = n_tokens,
+                            .n_experts = n_experts,
+                            .top_k = kTopK,
+                            .d_model = d_model,
+                            .d_ff = d_ff},
+                           s);
+            cuda::moe_combine({.out = b.out.get(),
+                               .y = y.get(),
+                               .expert_weights = w.get(),
+                               .n_tokens = n_tokens,
+                               .d_model = d_model,
+                               .top_k = kTopK,
+                               .mode = cuda::MoeCombineMode::overwrite},
+                              s);
+        };
+        decode(0, nullptr, true);  // first call outside capture (one-time kernel attributes)
+        CUDA_CHECK(cudaDeviceSynchronize());
+        char label[96];
+        std::snprintf(label, sizeof label, "%s %d tok moe_decode (PDL)", name, n_tokens);
+        const double t_pdl = time_graph_us([&](int i, cudaStream_t s) { decode(i, s, true); });
+        report(label, t_pdl, bytes);
+        std::snprintf(label, sizeof label, "%s %d tok moe_decode (no PDL)", name, n_tokens);
+        report(label, time_graph_us([&](int i, cudaStream_t s) { decode(i, s, false); }), bytes);
+        std::snprintf(label, sizeof label, "%s %d tok whole step (auto)", name, n_tokens);
+        const double t_step = time_graph_us(step);
+        report(label, t_step, bytes);
+        std::printf("%-40s %9.2fx\n", "   speed-up", t_step / t_pdl);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string which = argc > 1 ? argv[1] : "all";
+    std::printf("bench_moe_decode on %s (graph replays of %d calls, median of %d)\n", cuda::device_name().c_str(),
+                kCalls, kReps);
+    if (which == "20b" || which == "all") run_shape("20b", 32);
+    if (which == "120b" || which == "all") run_shape("120b", 128);
+    return 0;
+}

@@ -1,0 +1,217 @@
+// Runs the decode MoE kernels' device code (extracted from src/kernels/cuda/moe_decode.cu into
+// moe_decode_emulated.h by scripts/emulate_moe_decode.sh) on the CPU emulation and compares u and
+// the output with the CPU reference (routing, mxfp4_matmul, swiglu), for small shapes with full and
+// partial k-steps, batches of 1..8 tokens, tied and concentrated routings, and grids from 2 CTAs
+// (long warp ranges, many units per warp) to many (units cut into pieces across warps). Checks too
+// that every arrival counter is back to zero after each call. Dynamic shared memory starts as NaN
+// bytes, so data read from unstaged columns would show.
+//   usage: emulate_moe_decode [seed]
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "kernels/cpu/mxfp4_matmul.h"
+#include "kernels/cpu/routing.h"
+#include "kernels/cpu/swiglu.h"
+#include "moe_decode_emulated.h"
+
+namespace osprey::cuda {
+
+// One grid, block after block, a std::thread per CUDA thread.
+template <Proj kProj>
+void emu_grid(const Params& p, int grid, size_t smem) {
+    std::vector<uint8_t> dyn(smem + 64);
+    for (int b = 0; b < grid; ++b) {
+        std::fill(dyn.begin(), dyn.end(), 0xFF);
+        g_dyn_smem = dyn.data() + (16 - reinterpret_cast<uintptr_t>(dyn.data()) % 16) % 16;
+        std::barrier<> block(kThreads);
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        for (int w = 0; w < kWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+        g_block = &block;
+        g_warp.clear();
+        for (auto& w : warps) g_warp.push_back(w.get());
+        g_slots.assign(kWarps, Slot{});
+        g_mma.assign(kWarps, {});
+        gridDim.x = unsigned(grid);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = unsigned(t);
+                blockIdx.x = unsigned(b);
+                moe_decode_kernel<kProj>(p);
+            });
+        for (auto& th : threads) th.join();
+    }
+}
+
+void emu_moe_decode(const MoeDecodeArgs& a, int max_ctas, int& grid1, int& grid2) {
+    check_args(a);
+    const Plan pl = plan(a, max_ctas);
+    grid1 = pl.grid1, grid2 = pl.grid2;
+    emu_grid<Proj::mlp1>(pl.p1, pl.grid1, pl.smem1);
+    emu_grid<Proj::mlp2>(pl.p2, pl.grid2, pl.smem2);
+}
+
+size_t emu_workspace_bytes(int n_experts, int d_model, int d_ff, int max_ctas) {
+    return layout(n_experts, d_model, d_ff, max_ctas).total;
+}
+
+}  // namespace osprey::cuda
+
+using namespace osprey;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+struct Shape {
+    const char* name;
+    int n_experts, d_model, d_ff;
+};
+
+struct Weights {
+    int n_experts, n_out, n_in;
+    std::vector<uint8_t> blocks, scales;
+    std::vector<bf16> bias;
+    std::vector<float> bias_f;
+    Weights(int e, int n_out_, int n_in_, std::mt19937& rng) : n_experts(e), n_out(n_out_), n_in(n_in_) {
+        blocks.resize(size_t(e) * n_out * n_in / 2 + 16);  // (+16: slack, never read)
+        scales.resize(size_t(e) * n_out * n_in / 32);
+        for (auto& b : blocks) b = uint8_t(rng());
+        for (auto& s : scales) s = uint8_t(116 + rng() % 7);
+        for (size_t i = 0; i < scales.size(); i += 37)
+            scales[i] = uint8_t(rng() % 2 ? 34 + rng() % 30 : 140 + rng() % 21);
+        bias.resize(size_t(e) * n_out), bias_f.resize(bias.size());
+        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+        for (size_t i = 0; i < bias.size(); ++i) bias[i] = float_to_bf16(u(rng)), bias_f[i] = bf16_to_float(bias[i]);
+    }
+    std::vector<float> matmul(int e, const std::vector<float>& x, int n) const {
+        std::vector<float> y(size_t(n) * n_out);
+        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
+        cpu::mxfp4_matmul(y, x, std::span(blocks).subspan(e * bb, bb), std::span(scales).subspan(e * sb, sb),
+                          std::span(bias_f).subspan(size_t(e) * n_out, n_out), n, n_in, n_out);
+        return y;
+    }
+};
+
+// Worst |got - want| / (rel * max|want| + 1e-30) over a vector, printed on failure.
+void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
+             int cols, double rel) {
+    ++checks;
+    double mx = 0;
+    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
+    double worst = -1;
+    size_t wi = 0, bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double e = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) / (rel * mx + 1e-30) : INFINITY;
+        if (!(e <= 1)) ++bad;
+        if (!(e <= worst)) worst = e, wi = i;
+    }
+    if (bad) {
+        ++failures;
+        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (%.3g x bound, max|want| %g)\n",
+                    tag.c_str(), what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], worst, mx);
+    }
+}
+
+void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int routing, int max_ctas,
+         std::mt19937& rng) {
+    const int E = s.n_experts;
+    std::uniform_real_distribution<float> ux(-2.0f, 2.0f), ul(-4.0f, 4.0f);
+    std::vector<bf16> h(size_t(n_tokens) * s.d_model);
+    std::vector<float> hf(h.size()), logits(size_t(n_tokens) * E);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_bf16(ux(rng)), hf[i] = bf16_to_float(h[i]);
+    for (auto& l : logits) l = ul(rng);
+    for (int t = 0; t < n_tokens; ++t) {
+        float* r = logits.data() + size_t(t) * E;
+        if (routing == 1)  // ties
+            for (int e = 0; e < E; ++e) r[e] = std::round(r[e] / 3.0f);
+        if (routing == 2)  // all tokens on experts 1, 2, E-1, E-3
+            for (int e : {1, 2, E - 1, E - 3}) r[e] += 50.0f;
+    }
+    // Reference.
+    const int rows = n_tokens * 4;
+    std::vector<int32_t> ids(rows);
+    std::vector<float> wt(rows);
+    cpu::route_topk_softmax(ids, wt, logits, n_tokens, E, 4);
+    std::vector<float> u_ref(size_t(rows) * s.d_ff), out_ref(size_t(n_tokens) * s.d_model, 0.0f);
+    for (int r = 0; r < rows; ++r) {
+        const std::vector<float> x(hf.begin() + size_t(r / 4) * s.d_model, hf.begin() + size_t(r / 4 + 1) * s.d_model);
+        const std::vector<float> a = w1.matmul(ids[r], x, 1);
+        std::vector<float> u(s.d_ff);
+        cpu::swiglu_clamped(u, a, 1, s.d_ff, 1.702f, 7.0f);
+        for (int j = 0; j < s.d_ff; ++j) u_ref[size_t(r) * s.d_ff + j] = u[j], u[j] = round_to_bf16(u[j]);
+        const std::vector<float> y = w2.matmul(ids[r], u, 1);
+        for (int c = 0; c < s.d_model; ++c) out_ref[size_t(r / 4) * s.d_model + c] += wt[r] * y[c];
+    }
+    // Emulated kernels.
+    const size_t ws_bytes = cuda::emu_workspace_bytes(E, s.d_model, s.d_ff, max_ctas);
+    std::vector<uint8_t> ws_mem(ws_bytes + 256, 0);
+    uint8_t* ws = ws_mem.data() + (256 - reinterpret_cast<uintptr_t>(ws_mem.data()) % 256) % 256;
+    std::memset(ws, 0xFF, sizeof(bf16) * cuda::kMoeDecodeMaxTokens * 4 * s.d_ff);  // u poisoned
+    std::vector<float> out(size_t(n_tokens) * s.d_model, NAN);
+    const cuda::MoeDecodeArgs a{.out = out.data(),
+                                .router = logits.data(),
+                                .h = h.data(),
+                                .mlp1 = {w1.blocks.data(), w1.scales.data(), w1.bias.data()},
+                                .mlp2 = {w2.blocks.data(), w2.scales.data(), w2.bias.data()},
+                                .workspace = ws,
+                                .n_tokens = n_tokens,
+                                .n_experts = E,
+                                .top_k = 4,
+                                .d_model = s.d_model,
+                                .d_ff = s.d_ff};
+    int grid1 = 0, grid2 = 0;
+    cuda::emu_moe_decode(a, max_ctas, grid1, grid2);
+    char tag[160];
+    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d max_ctas=%d grids=%d/%d]", s.name, n_tokens, routing, max_ctas,
+                  grid1, grid2);
+    std::vector<float> u(size_t(rows) * s.d_ff);
+    const bf16* ud = reinterpret_cast<const bf16*>(ws);
+    for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < s.d_ff; ++j)
+            u[size_t(r) * s.d_ff + j] = bf16_to_float(ud[size_t(r) * s.d_ff + cuda::moe_u_column(j)]);
+    compare("u", tag, u, u_ref, s.d_ff, 1.0 / 64);
+    compare("out", tag, out, out_ref, s.d_model, 1.0 / 64);
+    // Every arrival counter back at zero (the parts after y: pieces are scratch).
+    const int* cnt = nullptr;
+    {
+        // count1, count2, tiles are the last three parts of the layout: recompute their span.
+        const size_t end = ws_bytes;
+        const int max_active = std::min(E, 32);
+        const size_t a1 = (sizeof(int) * size_t(max_active) * (2 * s.d_ff / 16) + 255) / 256 * 256;
+        const size_t a2 = (sizeof(int) * size_t(max_active) * (s.d_model / 16) + 255) / 256 * 256;
+        const size_t a3 = (sizeof(int) * size_t(s.d_model / 16) + 255) / 256 * 256;
+        cnt = reinterpret_cast<const int*>(ws + end - a1 - a2 - a3);
+        ++checks;
+        for (size_t i = 0; i < (a1 + a2 + a3) / sizeof(int); ++i)
+            if (cnt[i] != 0) {
+                ++failures;
+                std::printf("FAIL %s counter %zu = %d after the call\n", tag, i, cnt[i]);
+                break;
+            }
+    }
+    std::printf("%s done\n", tag);
+    std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const unsigned seed = argc > 1 ? unsigned(std::atoi(argv[1])) : 1u;
+    std::mt19937 rng(seed);
+    // tiny: 1 k-step per unit; odd: 3 groups (lanes c = 3 idle) and 5 groups (2 k-steps, the second
+    // with one group); mid: 4 and 3 k-steps with a partial last step, 16 experts.
+    const Shape shapes[] = {{"tiny", 8, 128, 128}, {"odd", 6, 96, 160}, {"mid", 16, 512, 288}};
+    for (const Shape& s : shapes) {
+        const Weights w1(s.n_experts, 2 * s.d_ff, s.d_model, rng), w2(s.n_experts, s.d_model, s.d_ff, rng);
+        for (int max_ctas : {2, 7, 264})
+            for (int t : {1, 3, 8})
+                for (int routing : {0, 1, 2}) {
+                    if (s.name[0] == 'm' && routing != 0 && t != 8) continue;  // keep the mid shape short
+                    run(s, w1, w2, t, routing, max_ctas, rng);
+                }
+    }
+    std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
+    return failures ? 1 : 0;
+}
