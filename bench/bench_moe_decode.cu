@@ -19,7 +19,7 @@
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
-#include "tests/kernels/ref_moe.h"
+#include "tests/kernels/cases/moe_mlp_cases.h"
 
 using namespace osprey;
 using cuda::DeviceBuffer;
@@ -30,9 +30,9 @@ constexpr double kHbmGBps = 4640.0;
 constexpr int kLayers = 2, kInputs = 4, kTopK = 4, kCalls = 24, kReps = 15;
 
 struct Layer {
-    test::Mxfp4Projection mlp1, mlp2;
+    cases::moe_mlp::Mxfp4Projection mlp1, mlp2;  // device only (no host copies)
     Layer(int n_experts, int d_model, int d_ff, uint64_t seed)
-        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116, false), mlp2(n_experts, d_model, d_ff, seed + 7, 116, false) {}
+        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116) {}
 };
 
 struct Inputs {

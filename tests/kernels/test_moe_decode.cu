@@ -28,10 +28,13 @@
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda_test_util.h"
-#include "kernels/ref_moe.h"
+#include "kernels/cases/moe_mlp_cases.h"  // Mxfp4Projection: random MXFP4 experts and their CPU reference
 
 namespace osprey::test {
 namespace {
+
+using cases::mix64;
+using cases::moe_mlp::Mxfp4Projection;
 
 constexpr int kTopK = 4;
 constexpr int kMaxT = cuda::kMoeDecodeMaxTokens;
@@ -54,6 +57,8 @@ struct Experts {
     Mxfp4Projection mlp1, mlp2;
     Experts(const Shape& s, uint64_t seed, bool extreme)
         : mlp1(s.n_experts, 2 * s.d_ff, s.d_model, seed, 116), mlp2(s.n_experts, s.d_model, s.d_ff, seed + 1, 116) {
+        mlp1.download_host();
+        mlp2.download_host();
         if (!extreme) return;
         constexpr uint8_t kExtremes[] = {34, 35, 50, 90, 104, 130, 140, 150, 159, 160};
         for (Mxfp4Projection* p : {&mlp1, &mlp2}) {

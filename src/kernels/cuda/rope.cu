@@ -10,7 +10,8 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// One thread per (head, d) pair of one token (blockIdx.x).
+// One thread per (head, d) pair of one token (blockIdx.x). With a store, the thread of a k pair also
+// writes its two roped values into the cache row, and the v head dimensions are copied alongside.
 __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
     pdl_enter();  // launch.cuh: before any early return or global access
     const int t = blockIdx.x;
@@ -20,13 +21,29 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
     __nv_bfloat16* row = reinterpret_cast<__nv_bfloat16*>(a.qkv) + size_t(t) * a.ld;
     const float* cos_p = a.cos + size_t(p) * half;
     const float* sin_p = a.sin + size_t(p) * half;
+    const KvStoreRow dst = a.store ? a.store[t] : KvStoreRow{};
+    // Element (kv head g, dim c) of the token's cache row.
+    auto cache_at = [&](__nv_bfloat16* cache, int g, int c) {
+        return cache + ((size_t(dst.block) * a.n_kv_heads + g) * a.rows + dst.row) * a.head_dim + c;
+    };
     for (int i = threadIdx.x; i < n_pairs; i += kThreads) {
         const int head = i / half, d = i % half;
         __nv_bfloat16* x = row + head * a.head_dim;
         const float x0 = __bfloat162float(x[d]), x1 = __bfloat162float(x[d + half]);
         const float c = cos_p[d], s = sin_p[d];
-        x[d] = __float2bfloat16_rn(x0 * c - x1 * s);
-        x[d + half] = __float2bfloat16_rn(x1 * c + x0 * s);
+        const __nv_bfloat16 y0 = __float2bfloat16_rn(x0 * c - x1 * s), y1 = __float2bfloat16_rn(x1 * c + x0 * s);
+        x[d] = y0;
+        x[d + half] = y1;
+        if (a.store && head >= a.n_q_heads) {
+            __nv_bfloat16* k = cache_at(reinterpret_cast<__nv_bfloat16*>(a.k_cache), head - a.n_q_heads, d);
+            k[0] = y0;
+            k[half] = y1;
+        }
+    }
+    if (a.store) {
+        const __nv_bfloat16* v = row + (a.n_q_heads + a.n_kv_heads) * a.head_dim;
+        for (int i = threadIdx.x; i < a.n_kv_heads * a.head_dim; i += kThreads)
+            *cache_at(reinterpret_cast<__nv_bfloat16*>(a.v_cache), i / a.head_dim, i % a.head_dim) = v[i];
     }
 }
 
@@ -39,6 +56,8 @@ void rope(const RopeArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.ld >= (a.n_q_heads + a.n_kv_heads) * a.head_dim, "rope: row stride ", a.ld,
                  " shorter than the rotated heads");
     OSPREY_CHECK(a.qkv && a.positions && a.cos && a.sin, "rope: null pointer");
+    OSPREY_CHECK(!a.store || (a.k_cache && a.v_cache && a.rows > 0 && a.n_kv_heads > 0), "rope: a K/V store needs ",
+                 "both caches and their rows per block");
     cuda::launch(rope_kernel, a.n_tokens, kThreads, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }

@@ -3,6 +3,12 @@
 // Within a head, dimension d < head_dim/2 rotates with d + head_dim/2, using a cos/sin table with
 // YaRN's frequencies and concentration already applied (model/ builds it). The rotation is done in
 // FP32 from the BF16 inputs and rounded to BF16 once.
+//
+// Optionally (store != nullptr) the same kernel also appends the token's roped K and its V to one
+// layer's KV cache, as kv_store() would (layout in kv_store.h): store[t] is token t's destination.
+// Used for decode-only steps, where storing before attention is equivalent (a one-token slice
+// overwrites only a ring row outside its window, and attention reads the step's own key from qkv)
+// and saves one launch per layer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +16,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "kernels/cuda/kv_store.h"
 
 namespace osprey::cuda {
 
@@ -23,6 +30,11 @@ struct RopeArgs {
     int n_q_heads = 0;
     int n_kv_heads = 0;
     int head_dim = 0;                    // even
+    // Fused K/V store (see above); all null/0 for rope only.
+    const KvStoreRow* store = nullptr;   // [n_tokens] device: store[t].token == t
+    bf16* k_cache = nullptr;             // [n_blocks, n_kv_heads, rows, head_dim]
+    bf16* v_cache = nullptr;
+    int rows = 0;                        // rows per block of that layer's cache
 };
 
 void rope(const RopeArgs& a, cudaStream_t stream);

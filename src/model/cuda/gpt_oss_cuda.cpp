@@ -86,6 +86,7 @@ struct CudaRunner::Step {
     int n_tokens = 0;
     int n_logit_rows = 0;
     bool graph_key_ok = false;  // decode-only step that a CUDA graph can replay
+    bool store_in_rope = false; // decode-only step: the RoPE kernel appends K/V (rope.h), no kv_store launch
     const int32_t* tokens = nullptr;      // [T]
     const int32_t* positions = nullptr;   // [T]
     const int32_t* logit_rows = nullptr;  // [R]
@@ -244,6 +245,14 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
         cuda::plan_kv_store(full_store, false, layout_.spec.paged().rows_per_block);
     const std::vector<cuda::KvStoreRow> store_window =
         cuda::plan_kv_store(window_store, true, layout_.spec.ring().rows_per_block);
+    // Decode-only: one store row per token, in token order, for both groups (what rope.h's store needs).
+    auto one_per_token = [&](const std::vector<cuda::KvStoreRow>& rows) {
+        if (int(rows.size()) != step.n_tokens) return false;
+        for (int t = 0; t < step.n_tokens; ++t)
+            if (rows[size_t(t)].token != t) return false;
+        return true;
+    };
+    step.store_in_rope = decode_only && one_per_token(store_full) && one_per_token(store_window);
 
     // Fixed-size arrays first and the page table last, so that a decode step of a given batch size
     // always finds its arrays at the same device addresses (what a captured graph reads).
@@ -368,11 +377,20 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                    .n_out = qkv_width, .n_in = c.d_model},
                   stream_);
     mark("qkv");
-    // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin)
-    cuda::rope({.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
-                .n_tokens = T, .ld = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
-                .head_dim = c.head_dim},
-               stream_);
+    // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin); in decode-only
+    // steps it also appends this step's k, v to the cache (before attention: equivalent for one token)
+    const bool sliding = layout_.spec.is_ring(layer);
+    const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
+    cuda::RopeArgs ra{.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
+                      .n_tokens = T, .ld = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+                      .head_dim = c.head_dim};
+    if (step.store_in_rope) {
+        ra.store = sliding ? step.store_window : step.store_full;
+        ra.k_cache = k_cache_[layer].get();
+        ra.v_cache = v_cache_[layer].get();
+        ra.rows = rows;
+    }
+    cuda::rope(ra, stream_);
     mark("rope");
     if (dump_) {
         dump("q", layer, a.qkv, T, qkv_width, true);  // split into q, k, v by dump()
@@ -380,8 +398,6 @@ void CudaRunner::attention_block(int layer, const Step& step) {
 
     // attn = softmax-with-sink(q·kᵀ / sqrt(head_dim)) · v: earlier positions from the cache (pages
     // on full layers, the window ring on sliding ones), this step's from qkv.
-    const bool sliding = layout_.spec.is_ring(layer);
-    const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
     cuda::attention({.out = a.attn,
                      .ld_out = c.q_dim(),
                      .qkv = a.qkv,
@@ -401,8 +417,8 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, c.q_dim(), true);
-    // append this step's k, v to the cache
-    cuda::kv_store({.qkv = a.qkv,
+    // append this step's k, v to the cache (unless RoPE did)
+    if (!step.store_in_rope) cuda::kv_store({.qkv = a.qkv,
                     .ld_qkv = qkv_width,
                     .n_q_heads = c.n_heads,
                     .n_kv_heads = c.n_kv_heads,

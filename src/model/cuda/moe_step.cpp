@@ -1,6 +1,7 @@
 #include "model/cuda/moe_step.h"
 
 #include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
@@ -15,7 +16,8 @@ size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
     return W::bytes_for<int32_t>(rows) + W::bytes_for<float>(rows) + W::bytes_for<int32_t>(c.n_experts + 1) +
            W::bytes_for<int32_t>(rows) +
            W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
-           W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model);
+           W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model) +
+           W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff));
 }
 
 MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
@@ -29,11 +31,25 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
         std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts)), "moe group scratch");
     m.u = ws.take<bf16>(rows * c.d_ff, "moe u");
     m.y = ws.take<float>(rows * c.d_model, "moe y");
+    const size_t decode_bytes = cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff);
+    m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
+    CUDA_CHECK(cudaMemset(m.decode_workspace, 0, decode_bytes));  // its arrival counters start at zero
     return m;
 }
 
 void MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
                   cudaStream_t stream) const {
+    if (n_tokens <= cuda::kMoeDecodeMaxTokens) {
+        // Decode: routing, experts and the weighted sum in two launches streaming the active experts once.
+        cuda::moe_decode({.out = moe, .router = router, .h = h,
+                          .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
+                          .mlp2 = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
+                          .workspace = decode_workspace, .n_tokens = n_tokens, .n_experts = c.n_experts,
+                          .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff, .swiglu_alpha = c.swiglu_alpha,
+                          .swiglu_limit = c.swiglu_limit},
+                         stream);
+        return;
+    }
     // top-4 experts on the raw logits, softmax over those four          [T, top_k]
     cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
                           .n_tokens = n_tokens, .n_experts = c.n_experts, .top_k = c.top_k},

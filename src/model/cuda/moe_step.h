@@ -23,12 +23,15 @@ struct MoeStep {
     int32_t* group_scratch = nullptr;   // [moe_group_scratch_elems(T, top_k, n_experts)]
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
+    void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's (zeroed once)
 
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
 
     // moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :])     [T, d_model] f32 (overwritten)
     // router: [T, n_experts] f32 logits with the bias already added; h: [T, d_model] bf16.
+    // Up to kMoeDecodeMaxTokens tokens it is the two-launch decode path (kernels/cuda/moe_decode.h,
+    // routing inside the kernels), above that route -> group -> mlp1 -> mlp2 -> combine.
     void run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
              cudaStream_t stream) const;
 };

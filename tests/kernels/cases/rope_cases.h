@@ -5,6 +5,8 @@
 // Perf bytes: the q and k heads read and written, the table rows and the positions read.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -25,6 +27,7 @@ struct Case {
     int n_tokens = 1;
     int n_q = 64, n_kv = 8;  // heads
     int max_pos = 32768;     // positions drawn below it (the first token at max_pos - 1)
+    int store_rows = 0;      // > 0: also store K/V into a cache of blocks of this many rows (decode fusion)
 };
 
 inline Result run(const Case& c, Mode mode) {
@@ -43,9 +46,23 @@ inline Result run(const Case& c, Mode mode) {
     auto d_cos = to_device(std::vector<float>(table.cos().begin(), table.cos().end()));
     auto d_sin = to_device(std::vector<float>(table.sin().begin(), table.sin().end()));
     const std::vector<bf16> qkv = mode == Mode::check ? d_qkv.download(elems) : std::vector<bf16>{};
-    const cuda::RopeArgs a{.qkv = d_qkv.get(), .positions = d_pos.get(), .cos = d_cos.get(), .sin = d_sin.get(),
-                           .n_tokens = c.n_tokens, .ld = ld, .n_q_heads = c.n_q, .n_kv_heads = c.n_kv,
-                           .head_dim = kHeadDim};
+    cuda::RopeArgs a{.qkv = d_qkv.get(), .positions = d_pos.get(), .cos = d_cos.get(), .sin = d_sin.get(),
+                     .n_tokens = c.n_tokens, .ld = ld, .n_q_heads = c.n_q, .n_kv_heads = c.n_kv,
+                     .head_dim = kHeadDim};
+    // The fused store: token t to block n_tokens - 1 - t (blocks in reverse order), row pos % rows, in a
+    // cache of n_tokens blocks poisoned with NaN; every other row must stay NaN.
+    const int n_blocks = c.store_rows > 0 ? c.n_tokens : 0;
+    const size_t cache_elems = size_t(n_blocks) * c.n_kv * std::max(c.store_rows, 1) * kHeadDim;
+    std::vector<cuda::KvStoreRow> dst;
+    for (int t = 0; t < n_blocks; ++t) dst.push_back({t, n_blocks - 1 - t, pos[size_t(t)] % c.store_rows});
+    auto d_dst = to_device(dst);
+    auto d_k = poisoned<bf16>(cache_elems), d_v = poisoned<bf16>(cache_elems);
+    if (c.store_rows > 0) {
+        a.store = d_dst.get();
+        a.k_cache = d_k.get();
+        a.v_cache = d_v.get();
+        a.rows = c.store_rows;
+    }
 
     if (mode == Mode::perf) {
         const double us = time_us([&](int) { cuda::rope(a, nullptr); }, iters_or(50));
@@ -74,6 +91,29 @@ inline Result run(const Case& c, Mode mode) {
     // rounded once to bf16 (half an ulp at 2..4 is 2^-7); f32 products are otherwise identical.
     expect_close(r, got_qk, to_double(qk), 1.0 / 128, 0.0, "rope q/k");
     expect_close(r, got_v, to_double(want_v), 0.0, 0.0, "rope leaves v alone");
+    if (c.store_rows > 0) {
+        // The cache rows are exactly the roped k and the untouched v of the qkv rows (bit for bit).
+        const std::vector<bf16> kc = d_k.download(cache_elems), vc = d_v.download(cache_elems);
+        std::vector<float> got_k, want_k, got_vc, want_vc;
+        size_t n_nan = 0;
+        for (float f : to_float(kc)) n_nan += std::isnan(f);
+        for (int t = 0; t < c.n_tokens; ++t)
+            for (int g = 0; g < c.n_kv; ++g)
+                for (int d = 0; d < kHeadDim; ++d) {
+                    const size_t at =
+                        ((size_t(dst[size_t(t)].block) * c.n_kv + g) * c.store_rows + dst[size_t(t)].row) * kHeadDim + d;
+                    got_k.push_back(bf16_to_float(kc[at]));
+                    want_k.push_back(bf16_to_float(out[size_t(t) * ld + (c.n_q + g) * kHeadDim + d]));
+                    got_vc.push_back(bf16_to_float(vc[at]));
+                    want_vc.push_back(bf16_to_float(out[size_t(t) * ld + (c.n_q + c.n_kv + g) * kHeadDim + d]));
+                }
+        expect_close(r, got_k, to_double(want_k), 0.0, 0.0, "stored k");
+        expect_close(r, got_vc, to_double(want_vc), 0.0, 0.0, "stored v");
+        // Every cache element outside the stored rows is still NaN (nothing written elsewhere).
+        const size_t untouched = cache_elems - size_t(c.n_tokens) * c.n_kv * kHeadDim;
+        if (n_nan != untouched) r.fail(str("k cache: ", cache_elems - n_nan, " elements written, expected ",
+                                            size_t(c.n_tokens) * c.n_kv * kHeadDim));
+    }
     return r;
 }
 
@@ -89,6 +129,10 @@ inline std::vector<Case> cases() {
     edge("fewer_pairs_than_threads", {.n_tokens = 3, .n_q = 2, .n_kv = 1, .max_pos = 100});
     edge("gpt_oss_prefill", {.n_tokens = 300, .max_pos = 4096});
     edge("long_positions", {.n_tokens = 17, .max_pos = 131072});
+    // The decode fusion (rope.h: store): ring-sized and page-sized blocks, gpt-oss and odd head counts.
+    edge("store_ring_rows", {.n_tokens = 5, .max_pos = 4096, .store_rows = 128});
+    edge("store_page_rows", {.n_tokens = 64, .max_pos = 32768, .store_rows = 32});
+    edge("store_few_heads", {.n_tokens = 3, .n_q = 2, .n_kv = 1, .max_pos = 100, .store_rows = 16});
     // gpt-oss (64 q + 8 k heads rotated, v skipped), decode and prefill token counts, contexts to 32k.
     for (int n : {1, 8, 64, 128, 1024, 8192}) t.push_back({.label = str("rope T=", n, " pos<32768"), .n_tokens = n});
     return t;
