@@ -616,22 +616,31 @@ int max_ctas() {
     return n;
 }
 
+// Dynamic shared memory a block of either kernel may have: the opt-in limit less the kernels' static
+// shared memory (the Routing block and whatever else the compiler placed there; asking for more is
+// cudaErrorInvalidValue).
 size_t smem_limit() {
     static const size_t n = [] {
         int device = 0, max_optin = 0;
         CUDA_CHECK(cudaGetDevice(&device));
         CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        return size_t(max_optin) - sizeof(Routing);
+        size_t static_bytes = sizeof(Routing);
+        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>}) {
+            cudaFuncAttributes attr{};
+            CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+            static_bytes = std::max(static_bytes, attr.sharedSizeBytes);
+        }
+        return size_t(max_optin) - static_bytes;
     }();
     return n;
 }
 
-// Opts the kernel in, once, to all the dynamic shared memory a block may have.
-template <Proj kProj>
-void set_smem_limit() {
+// Opts both kernels in, once, to all the dynamic shared memory a block may have. Called before any
+// graph capture (by moe_decode_workspace_bytes, which the owner calls when it sizes its workspace).
+void configure() {
     static const bool done = [] {
-        CUDA_CHECK(cudaFuncSetAttribute(moe_decode_kernel<kProj>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(smem_limit())));
+        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>})
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
         return true;
     }();
     (void)done;
@@ -643,6 +652,7 @@ void set_smem_limit() {
 #ifndef OSPREY_CUDA_EMULATION
 size_t moe_decode_workspace_bytes(int n_experts, int d_model, int d_ff) {
     OSPREY_CHECK(n_experts > 0 && d_model > 0 && d_ff > 0, "moe_decode_workspace_bytes: bad shape");
+    configure();
     return layout(n_experts, d_model, d_ff, max_ctas()).total;
 }
 
@@ -653,8 +663,7 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(pl.smem1 <= smem_limit() && pl.smem2 <= smem_limit(), "moe_decode: d_model = ", a.d_model,
                  ", d_ff = ", a.d_ff, " need ", pl.smem1, " / ", pl.smem2, " bytes of shared memory, the device has ",
                  smem_limit());
-    set_smem_limit<Proj::mlp1>();
-    set_smem_limit<Proj::mlp2>();
+    configure();
 
     moe_decode_kernel<Proj::mlp1><<<pl.grid1, kThreads, pl.smem1, stream>>>(pl.p1);
     CUDA_CHECK(cudaGetLastError());
