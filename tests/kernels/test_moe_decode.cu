@@ -373,6 +373,8 @@ void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = 
     EXPECT_EQ(0, std::memcmp(no_pdl.data(), out.data(), out.size() * sizeof(float))) << "run without PDL differs";
 
     // The existing MoE step: each path is within ref.out_tol of the reference, so within 2x of each other.
+    // Its kernels need d_model and d_ff in multiples of 64 (moe_mlp_mxfp4.h): the odd shape has none.
+    if (s.d_model % 64 != 0 || s.d_ff % 64 != 0) return;
     const std::vector<float> step = moe_step_path(s, ex, r);
     std::vector<float> tol2(ref.out_tol);
     for (float& v : tol2) v *= 2.0f;

@@ -66,7 +66,10 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
                 plan.decode.push_back(it);
             }
             if (made > 1) {
-                for (int i = 0; i < made; ++i) plan.decode[plan.decode.size() - made + i].partial = first_partial + i;
+                for (int i = 0; i < made; ++i) {
+                    plan.decode[plan.decode.size() - made + i].partial = first_partial + i;
+                    plan.decode[plan.decode.size() - made + i].merge = int(plan.merges.size());
+                }
                 plan.merges.push_back({s.first_token, first_partial, made});
                 plan.n_partials += made;
             }
@@ -105,7 +108,8 @@ static_assert(decode_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD +
 // bf16 for P·V, FP32 accumulators). At the end the 4 warps' (max, sum, output) are merged through
 // shared memory, then normalised with the sink (partial < 0) or written as a partial for the merge
 // kernel. Memory-bound: the CTA keeps 32 KB of K/V in flight.
-__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnArgs a, const AttnItem* items) {
+__global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnArgs a, const AttnItem* items,
+                                                                   const AttnMerge* merges) {
     pdl_enter();  // launch.cuh: before any early return or global access
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kTile][kStride]
@@ -255,6 +259,39 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
         const size_t pidx = (size_t(it.partial) * a.n_kv_heads + g) * kAttnGroup + row;
         *reinterpret_cast<float4*>(a.partial_acc + pidx * kD + d4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
         if (d4 == 0) a.partial_ml[pidx] = make_float2(mx, sum);
+        if (a.merge_counters == nullptr) return;  // attention_merge_kernel merges
+        // Fused merge: the last of the token's splits to arrive (for this KV head) merges them all, in
+        // split order (deterministic), and leaves the counter at zero for the next call. The partials
+        // are published with a fence before the arrival and read from L2 after it.
+        __shared__ int s_last;
+        __threadfence();
+        __syncthreads();
+        const AttnMerge mg = merges[it.merge];
+        if (threadIdx.x == 0) {
+            int32_t* counter = a.merge_counters + size_t(it.merge) * a.n_kv_heads + g;
+            s_last = atomicAdd(counter, 1) == mg.n_partials - 1;
+            if (s_last) *counter = 0;
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
+        float mf = sink;
+        for (int s = 0; s < mg.n_partials; ++s)
+            mf = fmaxf(mf, __ldcg(&a.partial_ml[(size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row].x));
+        float den = expf(sink - mf);  // the sink, counted once
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int s = 0; s < mg.n_partials; ++s) {
+            const size_t q = (size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row;
+            const float2 ml = __ldcg(&a.partial_ml[q]);
+            const float w = expf(ml.x - mf);  // 0 for a split that saw no allowed key (max = -inf)
+            den += ml.y * w;
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + q * kD + d4));
+            o[0] += v.x * w, o[1] += v.y * w, o[2] += v.z * w, o[3] += v.w * w;
+        }
+        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(mg.token) * a.ld_out + head * kD + d4);
+        out[0] = pack_bf16(o[0] / den, o[1] / den);
+        out[1] = pack_bf16(o[2] / den, o[3] / den);
     }
 }
 
@@ -285,9 +322,11 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
     *o = __floats2bfloat162_rn(o0 / den, o1 / den);
 }
 
-void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream) {
+void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, const AttnMerge* merges,
+                   cudaStream_t stream) {
     if (n_items == 0) return;
-    cuda::launch(attention_decode_kernel, dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream, a, items);
+    cuda::launch(attention_decode_kernel, dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream, a, items,
+                 merges);
     CUDA_CHECK(cudaGetLastError());
 }
 
@@ -315,9 +354,9 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
                  "attention: cache rows ", a.rows, " for window ", a.window);
     OSPREY_CHECK(a.ring || a.page_table, "attention: paged layer without a page table");
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
-    launch_decode(a, plan.decode, plan.n_decode, stream);
+    launch_decode(a, plan.decode, plan.n_decode, plan.merges, stream);
     attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // tensor cores (attention_prefill.cu)
-    if (plan.n_merges > 0) {
+    if (plan.n_merges > 0 && a.merge_counters == nullptr) {
         cuda::launch(attention_merge_kernel, dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream, a, plan.merges);
         CUDA_CHECK(cudaGetLastError());
     }

@@ -19,7 +19,8 @@
 // each split writes an unnormalised partial (running max, sum, accumulator) and a merge kernel
 // combines the partials, adding the sink's exp(s - m) to the denominator exactly once. Decode items
 // run on tensor cores with the group's 8 query heads as the rows of one mma fragment and a cp.async
-// pipeline over key tiles (attention.cu). Prefill slices are cut into items of kPrefillTokens
+// pipeline over key tiles (attention.cu); with merge counters the last split of a token merges them
+// itself (counting the sink once) instead of a merge kernel. Prefill slices are cut into items of kPrefillTokens
 // consecutive query tokens (no split), also on tensor cores (attention_prefill.h). Both round the
 // softmax weights to bf16 before P·V (FP32 scores, sums and accumulators).
 #pragma once
@@ -62,6 +63,7 @@ struct AttnItem {
     int32_t key_begin = 0;    // keys [key_begin, key_end) of this item (a split of the full range)
     int32_t key_end = 0;
     int32_t partial = -1;     // -1: write the normalised output; else index of this split's partial
+    int32_t merge = -1;       // split items: index of their token's AttnMerge (for the fused merge)
 };
 
 struct AttnMerge {
@@ -113,6 +115,10 @@ struct AttnArgs {
     int head_dim = 0;
     float* partial_acc = nullptr;      // [n_partials, n_kv_heads, kGroup, head_dim] f32 scratch
     float2* partial_ml = nullptr;      // [n_partials, n_kv_heads, kGroup] (max, sum) scratch
+    // [n_merges, n_kv_heads] arrival counters, zeroed once by the owner and left at zero by every call.
+    // Non-null: the last split CTA of a (token, KV head) to finish merges its partials itself (no
+    // merge kernel: one launch fewer per layer); null: attention_merge_kernel does it.
+    int32_t* merge_counters = nullptr;
 };
 
 // Raises the kernels' shared-memory limits; called by attention() itself, and by owners of CUDA

@@ -76,6 +76,7 @@ struct CudaRunner::Activations {
     int32_t* argmax_idx = nullptr;
     float* partial_acc = nullptr;  // [P, n_kv, group, head_dim]
     float2* partial_ml = nullptr;  // [P, n_kv, group]
+    int32_t* merge_counters = nullptr;  // [max_slices, n_kv] arrival counters of the fused merge (zeroed once)
     int max_partials = 0;
     MoeStep moe_step;
     cuda::Sampler sampler;  // non-greedy sampling on the GPU (owns its small parameter/result buffers)
@@ -131,7 +132,8 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
                    W::bytes_for<float>(T * H) + W::bytes_for<bf16>(R * H) + W::bytes_for<float>(R * c.vocab_size) +
                    W::bytes_for<int32_t>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
                    W::bytes_for<int32_t>(R * cuda::kArgmaxChunks) + W::bytes_for<float>(P * group_rows * c.head_dim) +
-                   W::bytes_for<float2>(P * group_rows) + MoeStep::workspace_bytes(c, options_.max_tokens);
+                   W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
+                   MoeStep::workspace_bytes(c, options_.max_tokens);
     workspace_ = cuda::Workspace(bytes);
     act_ = std::make_unique<Activations>();
     Activations& a = *act_;
@@ -148,6 +150,9 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.argmax_idx = workspace_.take<int32_t>(R * cuda::kArgmaxChunks, "argmax");
     a.partial_acc = workspace_.take<float>(P * group_rows * c.head_dim, "attention partials");
     a.partial_ml = workspace_.take<float2>(P * group_rows, "attention partials");
+    const size_t n_counters = size_t(options_.max_slices) * c.n_kv_heads;
+    a.merge_counters = workspace_.take<int32_t>(n_counters, "attention merge counters");
+    CUDA_CHECK(cudaMemset(a.merge_counters, 0, n_counters * sizeof(int32_t)));
     a.max_partials = int(P);
     a.moe_step = MoeStep::carve(c, options_.max_tokens, workspace_);
     log::info("cuda: workspace ", workspace_.capacity() / 1e9, " GB for ", T, " tokens per step");
@@ -413,7 +418,8 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .n_kv_heads = c.n_kv_heads,
                      .head_dim = c.head_dim,
                      .partial_acc = a.partial_acc,
-                     .partial_ml = a.partial_ml},
+                     .partial_ml = a.partial_ml,
+                     .merge_counters = a.merge_counters},
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, c.q_dim(), true);

@@ -7,6 +7,8 @@
 #include "kernels/cuda/moe_route.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 namespace osprey::model {
 
@@ -34,12 +36,14 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
     const size_t decode_bytes = cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff);
     m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
     CUDA_CHECK(cudaMemset(m.decode_workspace, 0, decode_bytes));  // its arrival counters start at zero
+    const char* env = std::getenv("OSPREY_MOE_DECODE");
+    m.use_decode_path = env && std::string(env) == "1";
     return m;
 }
 
 void MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
                   cudaStream_t stream) const {
-    if (n_tokens <= cuda::kMoeDecodeMaxTokens) {
+    if (use_decode_path && n_tokens <= cuda::kMoeDecodeMaxTokens) {
         // Decode: routing, experts and the weighted sum in two launches streaming the active experts once.
         cuda::moe_decode({.out = moe, .router = router, .h = h,
                           .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},

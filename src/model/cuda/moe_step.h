@@ -24,14 +24,18 @@ struct MoeStep {
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
     void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's (zeroed once)
+    bool use_decode_path = false;       // see run(); carve() sets it from $OSPREY_MOE_DECODE
 
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
 
     // moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :])     [T, d_model] f32 (overwritten)
     // router: [T, n_experts] f32 logits with the bias already added; h: [T, d_model] bf16.
-    // Up to kMoeDecodeMaxTokens tokens it is the two-launch decode path (kernels/cuda/moe_decode.h,
-    // routing inside the kernels), above that route -> group -> mlp1 -> mlp2 -> combine.
+    // route -> group -> mlp1 -> mlp2 -> combine; with use_decode_path (and up to kMoeDecodeMaxTokens
+    // tokens) the two-launch decode path of kernels/cuda/moe_decode.h (routing inside the kernels).
+    // Off by default: on the H200 it measured slower than the five launches (20b batch 1, inside the
+    // decode graph: 1266 against 1096 us per step; bench_moe_decode 0.91-0.96x) although it is correct
+    // (test_moe_decode); $OSPREY_MOE_DECODE=1 turns it on for measurement.
     void run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
              cudaStream_t stream) const;
 };

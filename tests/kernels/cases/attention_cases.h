@@ -48,6 +48,8 @@ struct Case {
     int window = 0;         // 0: full layer with pages; else a ring of `window` rows per sequence
     float q_scale = 1.0f;   // queries scaled (sharper softmax)
     bool shuffle_pages = true;  // page ids in random order (false: in position order, as a fresh cache)
+    bool merge_kernel = false;  // split decode tokens merged by attention_merge_kernel (false: in the
+                                // decode kernel, with arrival counters, as the forward does)
     std::vector<Seq> seqs;
 };
 
@@ -142,11 +144,13 @@ inline Result run(const Case& c, Mode mode) {
     const size_t n_part = std::max(1, plan.n_partials);
     auto d_pacc = poisoned<float>(n_part * kNkv * cuda::kAttnGroup * kD);
     auto d_pml = poisoned<float2>(n_part * kNkv * cuda::kAttnGroup);
+    const size_t n_counters = std::max<size_t>(1, plan.merges.size()) * kNkv;
+    auto d_counters = to_device(std::vector<int32_t>(n_counters, 0));
     const cuda::AttnArgs a{.out = d_out.get(), .ld_out = kNq * kD, .qkv = d_qkv.get(), .ld_qkv = kLd,
                            .k_cache = d_k.get(), .v_cache = d_v.get(), .rows = rows, .ring = ring,
                            .window = c.window, .page_table = d_pt.get(), .sinks = d_sinks.get(), .n_q_heads = kNq,
                            .n_kv_heads = kNkv, .head_dim = kD, .partial_acc = d_pacc.get(),
-                           .partial_ml = d_pml.get()};
+                           .partial_ml = d_pml.get(), .merge_counters = c.merge_kernel ? nullptr : d_counters.get()};
     const cuda::AttnDevicePlan dp{.decode = d_dec.get(), .n_decode = int(plan.decode.size()),
                                   .prefill = d_pre.get(), .n_prefill = int(plan.prefill.size()),
                                   .merges = d_mg.get(), .n_merges = int(plan.merges.size())};
@@ -161,6 +165,9 @@ inline Result run(const Case& c, Mode mode) {
     CUDA_CHECK(cudaDeviceSynchronize());
     if (!plan.merges.empty())
         r.note("(", plan.merges.size(), " decode tokens split into ", plan.n_partials, " partials)");
+    // The fused merge leaves every counter at zero for the next call.
+    for (int32_t v : d_counters.download(n_counters))
+        if (v != 0) r.fail("merge counter left at ", v, " (must return to 0)");
 
     // CPU reference: the cache in its layout [blocks, rows, n_kv * head_dim] f32.
     const std::vector<bf16> k_cache = d_k.download(cache_elems), v_cache = d_v.download(cache_elems);
@@ -287,6 +294,11 @@ inline std::vector<Case> cases() {
     edge("decode_one_tile", {.seqs = {{63, 1}}});
     edge("decode_long_context_split", {.seqs = {{5000, 1}}});
     edge("decode_batch_mixed_lengths", {.seqs = {{0, 1}, {100, 1}, {1000, 1}, {4097, 1}, {31, 1}}});
+    // The same split tokens merged by the separate merge kernel (the path without counters).
+    edge("decode_long_context_split_merge_kernel", {.merge_kernel = true, .seqs = {{5000, 1}}});
+    edge("decode_batch_mixed_lengths_merge_kernel",
+         {.merge_kernel = true, .seqs = {{0, 1}, {100, 1}, {1000, 1}, {4097, 1}, {31, 1}}});
+    edge("window_decode_merge_kernel", {.window = 128, .merge_kernel = true, .seqs = {{126, 1}, {1000, 1}}});
     edge("prefill_from_empty_less_than_one_item", {.seqs = {{0, 5}}});
     edge("prefill_from_empty_remainder", {.seqs = {{0, 300}}});
     edge("prefill_continues_cached_prefix", {.seqs = {{200, 77}}});
