@@ -12,8 +12,9 @@
 //   - the dependent kernel may launch when every block of this one has called pdl_trigger() or
 //     exited. Measured on the H200 (20b decode, batch 1): triggering at the top of every kernel made
 //     the step slower (2.85 ms against 2.72 ms without PDL: the next kernels' waiting blocks crowd
-//     the SMs), so pdl_enter() does not trigger; kernels that prefetch their weights before waiting
-//     can call pdl_trigger() where their own streaming is done.
+//     the SMs), so pdl_enter() does not trigger. Small kernels whose successor prefetches its weights
+//     before waiting (rmsnorm before the GEMVs) call pdl_trigger() first.
+//   - a kernel may read constant data (weights) before pdl_enter(), never data a kernel writes.
 //   - kernels launched any other way (cuBLASLt, the <<<>>> syntax) get the ordinary full dependency.
 // $OSPREY_PDL=0 launches without the attribute (pdl_enter() then returns at once): for A/B timing.
 #pragma once

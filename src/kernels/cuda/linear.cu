@@ -80,7 +80,6 @@ size_t gemv_smem_bytes(int tiles, int t, int k) {
 
 template <int kTiles, bool kF32>
 __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
-    pdl_enter();  // launch.cuh: before any early return or global access
     constexpr int kUnroll = kGemvLoads / kTiles;  // adjacent chunks per warp and round
     constexpr int kRows = 8 * kTiles;             // output rows per row block
     static_assert(kGemvLoads % kTiles == 0 && kTiles * 64 <= kGemvThreads);
@@ -99,7 +98,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     // every block), so the __syncthreads below are reached uniformly.
     const int my_blocks = int(blockIdx.x) < n_blocks ? (n_blocks - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
     const int n_steps = my_blocks * n_rounds;
-    if (n_steps == 0) return;
+    if (n_steps == 0) {
+        pdl_enter();  // launch.cuh: every block waits before it exits
+        return;
+    }
 
     // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
     auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
@@ -120,6 +122,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 
     uint4 cur[kUnroll][kTiles];
     load_step(0, cur);  // in flight while x is staged
+    // The weights are constant, so their first loads go out before the wait: when the previous kernel
+    // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
+    pdl_enter();
 
     // x[T, K] -> xs[T, xs_ld], 16 bytes per thread and step (K, ldx multiples of 8; x 16-byte aligned).
     const int vecs_per_row = K / 8;

@@ -11,6 +11,9 @@ constexpr int kThreads = 256;
 constexpr int kVecPerThread = kRmsNormMaxChannels / (4 * kThreads);  // float4 loads kept in registers
 
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) {
+    // A handful of blocks: let the next kernel (a GEMV that prefetches its weights before waiting)
+    // launch now; it cannot crowd this one out.
+    pdl_trigger();
     pdl_enter();  // launch.cuh: before any early return or global access
     const int t = blockIdx.x;
     const int r = a.rows ? a.rows[t] : t;
