@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -651,6 +652,15 @@ void HttpServer::sweep_timeouts() {
         if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev) == 0) accept_paused_ = false;
     }
     const auto now = Clock::now();
+    // Give memory freed after a burst back to the system once no request is in progress (glibc keeps
+    // freed chunks in its arenas otherwise, and the RSS stays at the burst's peak).
+    bool busy = false;
+    for (const auto& [id, c] : connections_) busy = busy || c->job;
+    if (!busy && trim_due_) {
+        ::malloc_trim(0);
+        trim_due_ = false;
+    }
+    if (busy) trim_due_ = true;
     std::vector<uint64_t> expired, late;
     for (const auto& [id, c] : connections_) {
         if (!c->out.empty()) {  // sending: the client must keep reading

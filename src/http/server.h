@@ -151,6 +151,7 @@ private:
     bool accept_paused_ = false;                   // out of file descriptors: the listening socket is not watched
     std::unordered_map<std::string, int> per_ip_;  // open connections by client address (raw bytes)
     void* ssl_ctx_ = nullptr;                      // SSL_CTX*, when TLS is on
+    bool trim_due_ = false;                        // requests ran since memory was last trimmed
 };
 
 }  // namespace osprey::http
