@@ -248,6 +248,8 @@ void HttpServer::run() {
                 Connection& c = *it->second;
                 const uint32_t ev = events[i].events;
                 if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) on_readable(c);
+                // A reset (e.g. the answer to the probe a half-closed stream gets) or both sides shut.
+                if (c.read_closed && (ev & (EPOLLHUP | EPOLLERR))) c.dead = true;
                 if (!c.dead && (ev & EPOLLOUT)) on_writable(c);
                 if (c.dead) close_connection(tag);
             }
