@@ -11,9 +11,10 @@ as_root() {
     if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
 }
 
-# Debian packages: compiler, build tools, GoogleTest, Python for the differential tests.
+# Debian packages: compiler, build tools, GoogleTest, OpenSSL, Python for the differential tests.
 osprey_apt_deps() {
-    local pkgs=(g++ cmake ninja-build libgtest-dev python3 python3-venv python3-pip ca-certificates curl)
+    # libssl-dev + openssl: TLS (--ssl-certfile) and the certificate its test makes.
+    local pkgs=(g++ cmake ninja-build libgtest-dev libssl-dev openssl python3 python3-venv python3-pip ca-certificates curl)
     pkgs+=("$@")
     local missing=()
     for p in "${pkgs[@]}"; do

@@ -38,6 +38,7 @@ constexpr const char* kHelp =
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
     "                    [--tp N] [--ep N] [--dp N]\n"
+    "                    [--ssl-certfile FILE --ssl-keyfile FILE] [connection limits, below]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
     "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/models, /health, /metrics,\n"
@@ -63,6 +64,24 @@ constexpr const char* kHelp =
     "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
     "  --default-max-tokens N output limit of requests that set none (default: the rest of the context)\n"
+    "  --ssl-certfile FILE    serve HTTPS: PEM certificate chain (with --ssl-keyfile)\n"
+    "  --ssl-keyfile FILE     the certificate's PEM private key\n"
+    "\n"
+    "Connection limits (against slow, idle and non-reading clients):\n"
+    "  --max-connections N    open connections (default 10000); when full, the one that has been sending\n"
+    "                         its request head longest (else the longest-idle) is closed for the newcomer\n"
+    "  --max-connections-per-ip N  open connections per client address (default 1024;\n"
+    "                         0: no limit, e.g. behind a reverse proxy)\n"
+    "  --request-header-timeout S  the whole request head within S seconds of its first byte (default 10)\n"
+    "  --min-body-rate B      request bodies at B bytes/s at least, after the header timeout (default 65536)\n"
+    "  --idle-timeout S       keep-alive connections idle S seconds are closed (default 120)\n"
+    "  --write-timeout S      output pending S seconds without the client reading any is dropped and its\n"
+    "                         request cancelled (default 60)\n"
+    "  --stream-pause-bytes B a stream with more than B bytes unsent is paused: the engine stops\n"
+    "                         generating for it until the client reads (default 262144)\n"
+    "  --stream-pause-release S  a stream paused longer than S seconds gives up its batch slot and KV\n"
+    "                         pages until it resumes (default 5)\n"
+    "  --max-output-bytes B   unsent output above B bytes cancels the stream (default 16777216)\n"
     "\n"
     "Test only: $OSPREY_TEST_SCRIPT (Harmony text) makes every request generate exactly that text\n"
     "through a scripted model backend, to test tool calls end to end.\n";
@@ -85,9 +104,36 @@ int positive_flag(const cli::Args& args, const char* name, long long fallback, l
 
 int run_serve(const std::vector<std::string>& argv) {
     const cli::Args args(argv,
-                         {"model", "host", "port", "api-key", "api-key-file", "served-model-name", "max-model-len",
-                          "max-num-seqs", "max-num-batched-tokens", "kv-cache-tokens", "page-size", "backend",
-                          "threads", "tokenizer", "max-body-bytes", "default-max-tokens", "tp", "ep", "dp"},
+                         {"model",
+                          "host",
+                          "port",
+                          "api-key",
+                          "api-key-file",
+                          "served-model-name",
+                          "max-model-len",
+                          "max-num-seqs",
+                          "max-num-batched-tokens",
+                          "kv-cache-tokens",
+                          "page-size",
+                          "backend",
+                          "threads",
+                          "tokenizer",
+                          "max-body-bytes",
+                          "default-max-tokens",
+                          "ssl-certfile",
+                          "ssl-keyfile",
+                          "max-connections",
+                          "max-connections-per-ip",
+                          "request-header-timeout",
+                          "min-body-rate",
+                          "idle-timeout",
+                          "write-timeout",
+                          "stream-pause-bytes",
+                          "stream-pause-release",
+                          "max-output-bytes",
+                          "tp",
+                          "ep",
+                          "dp"},
                          {"help", "no-prefix-caching"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
@@ -125,6 +171,12 @@ int run_serve(const std::vector<std::string>& argv) {
     OSPREY_CHECK(eo.max_num_seqs >= 1 && eo.max_batch_tokens >= 1,
                  "--max-num-seqs and --max-num-batched-tokens must be >= 1");
     const int threads = positive_flag(args, "threads", 0, 1024);
+    auto seconds_flag = [&](const char* name, double fallback) {
+        const double v = args.get_double(name, fallback);
+        OSPREY_CHECK(v > 0 && v <= 86400, "--", name, " must be in (0, 86400] seconds, got ", v);
+        return v;
+    };
+    eo.paused_release_s = seconds_flag("stream-pause-release", eo.paused_release_s);
     const long long max_body = args.get_int("max-body-bytes", 32ll << 20);
     OSPREY_CHECK(max_body >= 1024 && max_body <= (1ll << 32), "--max-body-bytes must be in [1024, 2^32], got ",
                  max_body);
@@ -182,6 +234,22 @@ int run_serve(const std::vector<std::string>& argv) {
     ho.host = args.get("host", "127.0.0.1");
     ho.port = positive_flag(args, "port", 8000, 65535);
     ho.limits.max_body_bytes = size_t(max_body);
+    ho.max_connections = positive_flag(args, "max-connections", ho.max_connections, 1 << 20);
+    ho.max_connections_per_ip = positive_flag(args, "max-connections-per-ip", ho.max_connections_per_ip, 1 << 20);
+    OSPREY_CHECK(ho.max_connections >= 1, "--max-connections must be >= 1");
+    ho.header_timeout_s = seconds_flag("request-header-timeout", ho.header_timeout_s);
+    ho.idle_timeout_s = seconds_flag("idle-timeout", ho.idle_timeout_s);
+    ho.write_timeout_s = seconds_flag("write-timeout", ho.write_timeout_s);
+    ho.min_body_rate = args.get_double("min-body-rate", ho.min_body_rate);
+    OSPREY_CHECK(ho.min_body_rate >= 1, "--min-body-rate must be >= 1 byte/s");
+    const long long pause_bytes = args.get_int("stream-pause-bytes", (long long)ho.stream_pause_bytes);
+    const long long max_output = args.get_int("max-output-bytes", (long long)ho.max_output_bytes);
+    OSPREY_CHECK(pause_bytes >= 1024 && max_output >= pause_bytes && max_output <= (1ll << 34),
+                 "need 1024 <= --stream-pause-bytes <= --max-output-bytes <= 2^34");
+    ho.stream_pause_bytes = size_t(pause_bytes);
+    ho.max_output_bytes = size_t(max_output);
+    ho.tls_cert_file = args.get("ssl-certfile");
+    ho.tls_key_file = args.get("ssl-keyfile");
     ho.error_response = server::OpenAiServer::transport_error;
     http::HttpServer http(ho, [&api](const http::HttpRequest& r) { return api.handle(r); });
 
@@ -208,7 +276,8 @@ int run_serve(const std::vector<std::string>& argv) {
                 engine.max_model_len());
     std::printf("  API key %s; started in %.2f s\n", so.api_key.empty() ? "off" : "required", startup);
     const std::string shown_host = ho.host.find(':') != std::string::npos ? "[" + ho.host + "]" : ho.host;
-    std::printf("  listening on http://%s:%d  (chat page at /, API under /v1)\n", shown_host.c_str(), http.port());
+    std::printf("  listening on %s://%s:%d  (chat page at /, API under /v1)\n", http.tls() ? "https" : "http",
+                shown_host.c_str(), http.port());
     std::fflush(stdout);
 
     http.run();

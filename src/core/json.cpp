@@ -12,12 +12,18 @@ namespace osprey::json {
 
 const char* type_name(Type t) {
     switch (t) {
-        case Type::null: return "null";
-        case Type::boolean: return "boolean";
-        case Type::number: return "number";
-        case Type::string: return "string";
-        case Type::array: return "array";
-        case Type::object: return "object";
+        case Type::null:
+            return "null";
+        case Type::boolean:
+            return "boolean";
+        case Type::number:
+            return "number";
+        case Type::string:
+            return "string";
+        case Type::array:
+            return "array";
+        case Type::object:
+            return "object";
     }
     return "?";
 }
@@ -31,12 +37,22 @@ Value::Value(double d) {
     v_ = n;
 }
 
-bool Value::is_integer() const { return is_number() && std::get<Number>(v_).is_int; }
-bool Value::is_float() const { return is_number() && std::get<Number>(v_).is_float; }
+bool Value::is_integer() const {
+    return is_number() && std::get<Number>(v_).is_int;
+}
+bool Value::is_float() const {
+    return is_number() && std::get<Number>(v_).is_float;
+}
+bool Value::is_big_unsigned() const {
+    return is_number() && std::get<Number>(v_).is_big_unsigned;
+}
+uint64_t Value::as_big_unsigned() const {
+    OSPREY_CHECK(is_big_unsigned(), "expected an integer above 2^63 - 1");
+    return std::get<Number>(v_).u;
+}
 
-#define OSPREY_JSON_EXPECT(want)                                                                   \
-    OSPREY_CHECK(type() == Type::want, "expected a JSON ", type_name(Type::want), ", got ", \
-                 type_name(type()))
+#define OSPREY_JSON_EXPECT(want) \
+    OSPREY_CHECK(type() == Type::want, "expected a JSON ", type_name(Type::want), ", got ", type_name(type()))
 
 bool Value::as_bool() const {
     OSPREY_JSON_EXPECT(boolean);
@@ -116,16 +132,23 @@ size_t Value::size() const {
 bool Value::operator==(const Value& o) const {
     if (type() != o.type()) return false;
     switch (type()) {
-        case Type::null: return true;
-        case Type::boolean: return as_bool() == o.as_bool();
+        case Type::null:
+            return true;
+        case Type::boolean:
+            return as_bool() == o.as_bool();
         case Type::number: {
             const Number& a = std::get<Number>(v_);
             const Number& b = std::get<Number>(o.v_);
+            if (a.is_big_unsigned && b.is_big_unsigned) return a.u == b.u;
+            if (a.is_big_unsigned || b.is_big_unsigned) return a.d == b.d;  // e.g. a double written as digits
             return a.is_int && b.is_int ? a.i == b.i : a.d == b.d;
         }
-        case Type::string: return as_string() == o.as_string();
-        case Type::array: return as_array() == o.as_array();
-        case Type::object: return as_object() == o.as_object();
+        case Type::string:
+            return as_string() == o.as_string();
+        case Type::array:
+            return as_array() == o.as_array();
+        case Type::object:
+            return as_object() == o.as_object();
     }
     return false;
 }
@@ -150,13 +173,27 @@ void append_quoted(std::string& out, std::string_view s, bool ensure_ascii) {
         const uint8_t c = uint8_t(s[i]);
         if (c < 0x80) {
             switch (c) {
-                case '"': out += "\\\""; break;
-                case '\\': out += "\\\\"; break;
-                case '\n': out += "\\n"; break;
-                case '\r': out += "\\r"; break;
-                case '\t': out += "\\t"; break;
-                case '\b': out += "\\b"; break;
-                case '\f': out += "\\f"; break;
+                case '"':
+                    out += "\\\"";
+                    break;
+                case '\\':
+                    out += "\\\\";
+                    break;
+                case '\n':
+                    out += "\\n";
+                    break;
+                case '\r':
+                    out += "\\r";
+                    break;
+                case '\t':
+                    out += "\\t";
+                    break;
+                case '\b':
+                    out += "\\b";
+                    break;
+                case '\f':
+                    out += "\\f";
+                    break;
                 default:
                     if (c < 0x20) {
                         out += "\\u00";
@@ -208,18 +245,26 @@ void Value::dump_to(std::string& out, int indent, int depth) const {
         out.append(size_t(indent) * size_t(d), ' ');
     };
     switch (type()) {
-        case Type::null: out += "null"; break;
-        case Type::boolean: out += std::get<bool>(v_) ? "true" : "false"; break;
+        case Type::null:
+            out += "null";
+            break;
+        case Type::boolean:
+            out += std::get<bool>(v_) ? "true" : "false";
+            break;
         case Type::number: {
             const Number& n = std::get<Number>(v_);
             if (n.is_int) {
                 out += std::to_string(n.i);
+            } else if (n.is_big_unsigned) {
+                out += std::to_string(n.u);
             } else {
                 out += format_number(n.d);
             }
             break;
         }
-        case Type::string: append_quoted(out, std::get<std::string>(v_)); break;
+        case Type::string:
+            append_quoted(out, std::get<std::string>(v_));
+            break;
         case Type::array: {
             const Array& a = as_array();
             out += '[';
@@ -304,9 +349,12 @@ private:
         if (pos_ >= s_.size()) error("unexpected end of input, expected a value");
         const char c = s_[pos_];
         switch (c) {
-            case '{': return parse_object(depth);
-            case '[': return parse_array(depth);
-            case '"': return Value(parse_string());
+            case '{':
+                return parse_object(depth);
+            case '[':
+                return parse_array(depth);
+            case '"':
+                return Value(parse_string());
             case 't':
                 if (consume("true")) return Value(true);
                 break;
@@ -319,7 +367,8 @@ private:
             default:
                 if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
         }
-        error(std::string("unexpected character '") + (uint8_t(c) >= 0x20 && uint8_t(c) < 0x7f ? std::string(1, c) : "\\x" + to_hex(uint8_t(c))) + "'");
+        error(std::string("unexpected character '") +
+              (uint8_t(c) >= 0x20 && uint8_t(c) < 0x7f ? std::string(1, c) : "\\x" + to_hex(uint8_t(c))) + "'");
     }
 
     static std::string to_hex(uint8_t b) {
@@ -415,10 +464,14 @@ private:
         for (int i = 0; i < 4; ++i) {
             const char c = s_[pos_++];
             v <<= 4;
-            if (c >= '0' && c <= '9') v |= uint32_t(c - '0');
-            else if (c >= 'a' && c <= 'f') v |= uint32_t(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') v |= uint32_t(c - 'A' + 10);
-            else error("invalid hex digit in \\u escape");
+            if (c >= '0' && c <= '9')
+                v |= uint32_t(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                v |= uint32_t(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                v |= uint32_t(c - 'A' + 10);
+            else
+                error("invalid hex digit in \\u escape");
         }
         return v;
     }
@@ -439,14 +492,30 @@ private:
                 if (pos_ >= s_.size()) error("unterminated escape");
                 const char e = s_[pos_++];
                 switch (e) {
-                    case '"': out += '"'; break;
-                    case '\\': out += '\\'; break;
-                    case '/': out += '/'; break;
-                    case 'b': out += '\b'; break;
-                    case 'f': out += '\f'; break;
-                    case 'n': out += '\n'; break;
-                    case 'r': out += '\r'; break;
-                    case 't': out += '\t'; break;
+                    case '"':
+                        out += '"';
+                        break;
+                    case '\\':
+                        out += '\\';
+                        break;
+                    case '/':
+                        out += '/';
+                        break;
+                    case 'b':
+                        out += '\b';
+                        break;
+                    case 'f':
+                        out += '\f';
+                        break;
+                    case 'n':
+                        out += '\n';
+                        break;
+                    case 'r':
+                        out += '\r';
+                        break;
+                    case 't':
+                        out += '\t';
+                        break;
                     case 'u': {
                         uint32_t cp = parse_hex4();
                         if (cp >= 0xd800 && cp < 0xdc00) {
@@ -460,7 +529,9 @@ private:
                         utf8::append(out, cp);
                         break;
                     }
-                    default: --pos_; error("invalid escape character");
+                    default:
+                        --pos_;
+                        error("invalid escape character");
                 }
                 continue;
             }
@@ -507,6 +578,9 @@ private:
             int64_t i = 0;
             auto r = std::from_chars(text.data(), text.data() + text.size(), i);
             if (r.ec == std::errc() && r.ptr == text.data() + text.size()) return Value(i);
+            uint64_t u = 0;  // above INT64_MAX: exact up to UINT64_MAX (serde_json's u64)
+            auto ru = std::from_chars(text.data(), text.data() + text.size(), u);
+            if (ru.ec == std::errc() && ru.ptr == text.data() + text.size()) return Value(u);
         }
         double d = 0;
         auto r = std::from_chars(text.data(), text.data() + text.size(), d);
@@ -516,6 +590,8 @@ private:
     }
 };
 
-Value parse(std::string_view text, const ParseOptions& options) { return Parser(text, options).parse_document(); }
+Value parse(std::string_view text, const ParseOptions& options) {
+    return Parser(text, options).parse_document();
+}
 
 }  // namespace osprey::json

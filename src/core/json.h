@@ -28,7 +28,9 @@ public:
     Value(bool b) : v_(b) {}
     Value(int i) : v_(Number{double(i), int64_t(i), true, false}) {}
     Value(int64_t i) : v_(Number{double(i), i, true, false}) {}
-    Value(uint64_t i) : v_(Number{double(i), int64_t(i), i <= uint64_t(INT64_MAX), false}) {}
+    Value(uint64_t i)
+        : v_(Number{double(i), i <= uint64_t(INT64_MAX) ? int64_t(i) : 0, i <= uint64_t(INT64_MAX), false,
+                    i > uint64_t(INT64_MAX), i}) {}
     Value(double d);
     Value(const char* s) : v_(std::string(s)) {}
     Value(std::string s) : v_(std::move(s)) {}
@@ -45,6 +47,10 @@ public:
     // value is integral: "1.0" -> true, "1" -> false. Renderers that must reproduce serde_json's
     // float formatting ("1.0") need this.
     bool is_float() const;
+    // An integer in (INT64_MAX, UINT64_MAX]: kept exactly (serde_json's u64), written without a
+    // fraction; as_double() rounds it.
+    bool is_big_unsigned() const;
+    uint64_t as_big_unsigned() const;
     bool is_string() const { return type() == Type::string; }
     bool is_array() const { return type() == Type::array; }
     bool is_object() const { return type() == Type::object; }
@@ -79,7 +85,9 @@ private:
         double d = 0;
         int64_t i = 0;
         bool is_int = false;
-        bool is_float = false;  // built from a double (a literal with '.', 'e' or out of int64 range)
+        bool is_float = false;  // built from a double (a literal with '.', 'e' or outside [INT64_MIN, UINT64_MAX])
+        bool is_big_unsigned = false;  // an integer in (INT64_MAX, UINT64_MAX], exact in `u`
+        uint64_t u = 0;
     };
     // Index order must match Type.
     std::variant<std::monostate, bool, Number, std::string, std::shared_ptr<Array>, std::shared_ptr<Object>> v_;
@@ -89,7 +97,7 @@ private:
 };
 
 struct ParseOptions {
-    int max_depth = 128;       // nesting limit: deeper documents are rejected, not recursed into
+    int max_depth = 128;          // nesting limit: deeper documents are rejected, not recursed into
     bool allow_trailing = false;  // accept text after the value (for streaming use)
 };
 

@@ -2,6 +2,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "core/check.h"
@@ -168,6 +169,16 @@ void Engine::apply_cancels() {
     if (!outputs.empty()) publish(outputs);
 }
 
+void Engine::release_paused() {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& s : active_) {
+        if (!s->paused() || std::chrono::duration<double>(now - s->paused_since()).count() < options_.paused_release_s)
+            continue;
+        if (const int n = scheduler_->preempt_request(s->uid()); n > 0)
+            log::debug("engine: request ", s->id(), " paused by its consumer; ", n, " sequences preempted");
+    }
+}
+
 void Engine::publish(std::vector<SeqOutput>& outputs) {
     int n_done = 0;
     for (SeqOutput& o : outputs) {
@@ -188,6 +199,7 @@ void Engine::update_stats() {
     std::lock_guard lock(mu_);
     stats_.n_waiting = scheduler_->n_waiting();
     stats_.n_running = scheduler_->n_running();
+    stats_.n_paused = scheduler_->n_paused();
     stats_.n_free_pages = kv_->n_free_pages();
     stats_.n_cached_pages = kv_->n_cached_pages();
     stats_.n_steps = n_steps_;
@@ -209,7 +221,12 @@ bool Engine::step_once() {
         return false;
     }
 
+    release_paused();
     StepPlan plan = scheduler_->schedule();
+    if (plan.empty() && scheduler_->n_paused() > 0) {  // everything left is paused (or waits behind it)
+        update_stats();
+        return false;
+    }
     OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
     std::vector<SeqOutput> outputs;
     try {
@@ -274,9 +291,16 @@ void Engine::stop() {
 void Engine::loop() {
     bool busy = false;
     for (;;) {
+        // Paused requests are released after a timeout, so an idle engine with some looks again.
+        const bool some_paused = !busy && stats().n_paused > 0;  // before wakeup_->mu (lock order)
         {
             std::unique_lock lock(wakeup_->mu);
-            if (!busy) wakeup_->cv.wait(lock, [&] { return wakeup_->stop || wakeup_->wake; });
+            const auto woken = [&] { return wakeup_->stop || wakeup_->wake; };
+            if (some_paused) {
+                wakeup_->cv.wait_for(lock, std::chrono::milliseconds(100), woken);
+            } else if (!busy) {
+                wakeup_->cv.wait(lock, woken);
+            }
             if (wakeup_->stop) return;
             wakeup_->wake = false;
         }

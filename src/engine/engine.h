@@ -38,16 +38,20 @@ struct EngineOptions {
     // Extra window slots that keep rebuilt sliding-window rings of prefix-cache hits, so later hits
     // on the same prefix copy the ring instead of replaying (window_snapshots.h). Prefix caching only.
     int window_snapshots = 16;
-    int max_top_logprobs = 20;          // largest SamplingParams::top_logprobs accepted
-    int max_n = 16;                     // largest Request::n accepted
-    int max_queued_requests = 0;        // > 0: submit() refuses new requests beyond this many live ones
-    bool check_invariants = false;      // check every bookkeeping invariant after each step (tests)
+    int max_top_logprobs = 20;      // largest SamplingParams::top_logprobs accepted
+    int max_n = 16;                 // largest Request::n accepted
+    int max_queued_requests = 0;    // > 0: submit() refuses new requests beyond this many live ones
+    bool check_invariants = false;  // check every bookkeeping invariant after each step (tests)
+    // A request paused by its consumer (RequestStream::set_paused: the client does not read) longer
+    // than this is preempted: its pages and batch slot go to others until it is unpaused.
+    double paused_release_s = 5.0;
 };
 
 // Counters for logs, /metrics and tests; a consistent snapshot taken between steps.
 struct EngineStats {
     int n_waiting = 0;       // sequences waiting (new or preempted)
     int n_running = 0;       // sequences holding a window slot and pages
+    int n_paused = 0;        // sequences (running or waiting) whose consumer paused them
     int n_pages = 0;         // pages in the KV cache
     int n_free_pages = 0;    // pages with no reference
     int n_cached_pages = 0;  // pages indexed by the prefix cache (some may also be in use)
@@ -110,6 +114,7 @@ private:
     void publish(std::vector<SeqOutput>& outputs);
     void take_incoming();
     void apply_cancels();
+    void release_paused();
     void update_stats();
 
     model::ModelRunner& runner_;

@@ -26,13 +26,26 @@ void RequestStream::drain_fd_locked() {
 }
 
 std::optional<Event> RequestStream::try_pop() {
-    std::lock_guard lock(mu_);
-    if (events_.empty()) return std::nullopt;
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    if (e.kind == Event::Kind::finish) ++n_finished_popped_;
-    drain_fd_locked();
+    std::function<void()> hook;
+    std::optional<Event> e;
+    {
+        std::lock_guard lock(mu_);
+        if (events_.empty()) return std::nullopt;
+        e = std::move(events_.front());
+        events_.pop_front();
+        if (e->kind == Event::Kind::finish) ++n_finished_popped_;
+        drain_fd_locked();
+        hook = popped_locked();
+    }
+    if (hook) hook();
     return e;
+}
+
+std::function<void()> RequestStream::popped_locked() {
+    backlog_ = events_.size();
+    // The engine holds a request whose consumer lags kMaxBacklog events behind; wake it once the
+    // consumer has caught up half way.
+    return events_.size() == kMaxBacklog / 2 ? cancel_hook_ : nullptr;
 }
 
 Event RequestStream::pop() {
@@ -43,6 +56,10 @@ Event RequestStream::pop() {
     events_.pop_front();
     if (e.kind == Event::Kind::finish) ++n_finished_popped_;
     drain_fd_locked();
+    if (auto hook = popped_locked()) {
+        lock.unlock();
+        hook();
+    }
     return e;
 }
 
@@ -53,6 +70,10 @@ std::optional<Event> RequestStream::pop_for(std::chrono::milliseconds timeout) {
     events_.pop_front();
     if (e.kind == Event::Kind::finish) ++n_finished_popped_;
     drain_fd_locked();
+    if (auto hook = popped_locked()) {
+        lock.unlock();
+        hook();
+    }
     return e;
 }
 
@@ -80,6 +101,22 @@ void RequestStream::cancel() {
 bool RequestStream::cancel_requested() const {
     std::lock_guard lock(mu_);
     return cancel_;
+}
+
+void RequestStream::set_paused(bool paused) {
+    std::function<void()> hook;
+    {
+        std::lock_guard lock(mu_);
+        if (paused_.load() == paused) return;
+        if (paused) paused_since_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+        paused_ = paused;
+        if (!paused) hook = cancel_hook_;  // the engine may have work again
+    }
+    if (hook) hook();
+}
+
+std::chrono::steady_clock::time_point RequestStream::paused_since() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(paused_since_ns_.load()));
 }
 
 void RequestStream::set_callback(std::function<void()> callback) {
@@ -111,6 +148,7 @@ void RequestStream::push(Event event) {
         OSPREY_CHECK(n_finished_pushed_ < n_samples_, "event for finished request '", id_, "'");
         if (event.kind == Event::Kind::finish) ++n_finished_pushed_;
         events_.push_back(std::move(event));
+        backlog_ = events_.size();
         if (fd_ >= 0) {
             const uint64_t one = 1;
             [[maybe_unused]] const ssize_t w = ::write(fd_, &one, sizeof one);

@@ -3,6 +3,7 @@
 // on the engine thread after each push, and an optional eventfd that is readable while events wait.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -39,6 +40,20 @@ public:
     void cancel();
     bool cancel_requested() const;
 
+    // Backpressure: the consumer cannot take more output now (its client does not read). The engine
+    // stops scheduling the request's samples while paused and, once paused longer than
+    // EngineOptions::paused_release_s, preempts them (frees their pages and batch slots) and does not
+    // readmit them until unpaused. Safe from any thread; unpausing wakes the engine.
+    void set_paused(bool paused);
+    bool paused() const { return paused_.load(std::memory_order_relaxed); }
+    // Events pushed and not yet popped. The engine also holds a request (schedules none of its
+    // samples) while kMaxBacklog events wait, so a consumer slower than the engine (a busy event
+    // loop) never makes this queue grow without bound.
+    size_t backlog() const { return backlog_.load(std::memory_order_relaxed); }
+    static constexpr size_t kMaxBacklog = 4096;
+    bool held() const { return paused() || backlog() >= kMaxBacklog; }
+    std::chrono::steady_clock::time_point paused_since() const;
+
     // Called on the engine thread after events are pushed (keep it short: e.g. wake an event loop;
     // it may pop events but must not call set_callback). Once set_callback returns, the previous
     // callback is not running and never runs again, so an owner can clear it before dying.
@@ -53,6 +68,7 @@ public:
 
 private:
     void drain_fd_locked();
+    std::function<void()> popped_locked();  // after a pop: the engine's wake-up, when it is due
 
     const uint64_t uid_;
     const std::string id_;
@@ -67,6 +83,9 @@ private:
     std::function<void()> callback_;
     std::function<void()> cancel_hook_;
     int fd_ = -1;
+    std::atomic<bool> paused_{false};
+    std::atomic<size_t> backlog_{0};
+    std::atomic<int64_t> paused_since_ns_{0};  // steady_clock, when paused_ last became true
 };
 
 }  // namespace osprey::engine

@@ -9,6 +9,10 @@ namespace osprey::engine {
 
 namespace {
 // Queue order: higher priority first, then first come first served.
+bool is_paused(const Sequence* s) {
+    return s->request->stream && s->request->stream->held();
+}
+
 bool before(const Sequence* a, const Sequence* b) {
     if (a->request->priority != b->request->priority) return a->request->priority > b->request->priority;
     return a->uid < b->uid;
@@ -181,8 +185,9 @@ StepPlan Scheduler::schedule() {
     //    of them when it could not be admitted otherwise (no window slot, or not the pages of its
     //    first chunk, counted without prefix hits). Equal priorities never preempt: first come, first
     //    served. The preempted ones wait behind it and recompute later.
-    if (!waiting_.empty()) {
-        Sequence* head = waiting_.front();
+    const auto unpaused = std::find_if(waiting_.begin(), waiting_.end(), [](Sequence* s) { return !is_paused(s); });
+    if (unpaused != waiting_.end()) {
+        Sequence* head = *unpaused;
         const int first_chunk = std::min(head->n_tokens(), options_.max_batch_tokens);
         auto fits = [&] {
             return int(running_.size()) < options_.max_num_seqs && kv_.n_free_slots() > 0 &&
@@ -197,7 +202,7 @@ StepPlan Scheduler::schedule() {
     const std::vector<Sequence*> ranked = running_;
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
-        if (seq->status != SeqStatus::running || seq->n_tokens() - seq->n_computed != 1) continue;
+        if (seq->status != SeqStatus::running || seq->n_tokens() - seq->n_computed != 1 || is_paused(seq)) continue;
         const int need = pages_for(seq->n_computed + 1) - int(seq->pages.size());
         if (!make_room(seq, need)) {
             preempt_self(seq);
@@ -214,7 +219,7 @@ StepPlan Scheduler::schedule() {
     //    that cannot advance at all gives its pages back (so higher-ranked ones never wait on it).
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
-        if (seq->status != SeqStatus::running || is_scheduled(seq)) continue;
+        if (seq->status != SeqStatus::running || is_scheduled(seq) || is_paused(seq)) continue;
         int n = cap_at_fork_point(*seq, seq->n_computed, std::min(seq->n_tokens() - seq->n_computed, budget));
         if (seq->snapshot_at > seq->n_computed) n = std::min(n, seq->snapshot_at - seq->n_computed);
         if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
@@ -238,6 +243,7 @@ StepPlan Scheduler::schedule() {
     for (Sequence* seq : waiting_) {
         if (budget == 0 || int(running_.size()) >= options_.max_num_seqs || kv_.n_free_slots() == 0) break;
         if (std::find(preempted.begin(), preempted.end(), seq) != preempted.end()) break;
+        if (is_paused(seq)) continue;  // its client reads nothing: it does not hold the queue either
         const int reserve = running_.empty() ? 0 : options_.admission_reserve_pages;
         if (try_fork(plan, seq, reserve)) {
             budget -= 1;
@@ -293,6 +299,20 @@ StepPlan Scheduler::schedule() {
         plan.copies.clear();
     }
     return plan;
+}
+
+int Scheduler::preempt_request(uint64_t request_uid) {
+    std::vector<Sequence*> victims;
+    for (Sequence* s : running_)
+        if (s->request->uid == request_uid) victims.push_back(s);
+    for (Sequence* s : victims) preempt(s);
+    return int(victims.size());
+}
+
+int Scheduler::n_paused() const {
+    int n = 0;
+    for (const auto& [uid, s] : seqs_) n += is_paused(s.get()) ? 1 : 0;
+    return n;
 }
 
 SeqOutput Scheduler::finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error) {

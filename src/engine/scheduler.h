@@ -70,6 +70,12 @@ public:
     std::vector<SeqOutput> abort_request(uint64_t request_uid);
     std::vector<SeqOutput> finish_all(FinishReason reason, const std::string& error);
 
+    // Preempts the running samples of a request (its stream is paused: RequestStream::set_paused);
+    // returns how many. They wait, and are not readmitted while the stream stays paused.
+    int preempt_request(uint64_t request_uid);
+    // Unfinished sequences whose request is paused (schedule() skips them).
+    int n_paused() const;
+
     bool idle() const { return waiting_.empty() && running_.empty(); }
     int n_waiting() const { return int(waiting_.size()); }
     int n_running() const { return int(running_.size()); }

@@ -62,8 +62,10 @@ double serde_reparse(double d) {
     for (;;) {
         const int a = exponent < 0 ? -exponent : exponent;
         if (a <= 308) {
-            if (exponent >= 0) f *= pow10[size_t(a)];
-            else f /= pow10[size_t(a)];
+            if (exponent >= 0)
+                f *= pow10[size_t(a)];
+            else
+                f /= pow10[size_t(a)];
             break;
         }
         if (f == 0.0 || exponent >= 0) break;  // (serde_json would reject the overflow; repr never makes one)
@@ -114,15 +116,25 @@ std::string format_float(double d) {
 
 void append_serde_json(std::string& out, const Value& v) {
     switch (v.type()) {
-        case json::Type::null: out += "null"; break;
-        case json::Type::boolean: out += v.as_bool() ? "true" : "false"; break;
+        case json::Type::null:
+            out += "null";
+            break;
+        case json::Type::boolean:
+            out += v.as_bool() ? "true" : "false";
+            break;
         case json::Type::number:
-            if (v.is_integer() && !v.is_float()) out += std::to_string(v.as_int());
-            else out += format_float(serde_reparse(v.as_double()));
+            if (v.is_integer() && !v.is_float())
+                out += std::to_string(v.as_int());
+            else if (v.is_big_unsigned())
+                out += std::to_string(v.as_big_unsigned());  // serde_json's u64
+            else
+                out += format_float(serde_reparse(v.as_double()));
             break;
         // serde_json escapes strings as core/json does (\" \\ \b \f \n \r \t, other controls as
         // \u00xx, the rest as is); strings here come from the strict parser, so are valid UTF-8.
-        case json::Type::string: json::append_quoted(out, v.as_string()); break;
+        case json::Type::string:
+            json::append_quoted(out, v.as_string());
+            break;
         case json::Type::array: {
             out += '[';
             bool first = true;

@@ -45,8 +45,9 @@ const std::string* HttpRequest::header(std::string_view name) const {
 }
 
 std::optional<HttpRequest> parse_http_request(std::string& buffer, const HttpLimits& limits,
-                                              std::optional<HttpParseError>& error) {
+                                              std::optional<HttpParseError>& error, HttpParseProgress* progress) {
     error.reset();
+    if (progress) *progress = {};
     auto fail = [&](int status, std::string message) -> std::optional<HttpRequest> {
         error = HttpParseError{status, std::move(message)};
         return std::nullopt;
@@ -69,7 +70,8 @@ std::optional<HttpRequest> parse_http_request(std::string& buffer, const HttpLim
     const std::string_view line = head.substr(0, line_end);
     const size_t sp1 = line.find(' ');
     const size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-    if (sp1 == std::string_view::npos || sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
+    if (sp1 == std::string_view::npos || sp2 == std::string_view::npos ||
+        line.find(' ', sp2 + 1) != std::string_view::npos)
         return fail(400, "malformed request line");
     r.method = std::string(line.substr(0, sp1));
     r.target = std::string(line.substr(sp1 + 1, sp2 - sp1 - 1));
@@ -109,7 +111,14 @@ std::optional<HttpRequest> parse_http_request(std::string& buffer, const HttpLim
 
     size_t content_length = 0;
     bool have_length = false;
+    int n_host = 0;
+    bool expect_continue = false;
     for (const auto& [k, v] : r.headers) {
+        if (k == "host") ++n_host;
+        if (k == "expect" && r.minor_version == 1) {  // HTTP/1.0 expectations are ignored (RFC 9110 §10.1.1)
+            if (lower(v) != "100-continue") return fail(417, "unsupported expectation '" + v.substr(0, 32) + "'");
+            expect_continue = true;
+        }
         if (k == "transfer-encoding") {
             return fail(501, "Transfer-Encoding '" + v + "' is not supported; send a Content-Length");
         }
@@ -126,8 +135,13 @@ std::optional<HttpRequest> parse_http_request(std::string& buffer, const HttpLim
     if (content_length > limits.max_body_bytes)
         return fail(413, "request body of " + std::to_string(content_length) + " bytes is larger than the limit of " +
                              std::to_string(limits.max_body_bytes) + " bytes");
+    if (r.minor_version == 1 && n_host != 1)
+        return fail(400, n_host == 0 ? "missing Host header (required in HTTP/1.1)" : "more than one Host header");
     const size_t body_start = head_end + 4;
-    if (buffer.size() - body_start < content_length) return std::nullopt;
+    if (buffer.size() - body_start < content_length) {
+        if (progress) *progress = {true, content_length, expect_continue};
+        return std::nullopt;
+    }
 
     r.body = buffer.substr(body_start, content_length);
     const std::string* connection = r.header("connection");
@@ -157,25 +171,48 @@ HttpResponse HttpResponse::text(int status, std::string body, std::string conten
 
 const char* status_reason(int status) {
     switch (status) {
-        case 200: return "OK";
-        case 204: return "No Content";
-        case 400: return "Bad Request";
-        case 401: return "Unauthorized";
-        case 403: return "Forbidden";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 408: return "Request Timeout";
-        case 409: return "Conflict";
-        case 413: return "Content Too Large";
-        case 415: return "Unsupported Media Type";
-        case 422: return "Unprocessable Content";
-        case 429: return "Too Many Requests";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 501: return "Not Implemented";
-        case 503: return "Service Unavailable";
-        case 505: return "HTTP Version Not Supported";
-        default: return "Status";
+        case 200:
+            return "OK";
+        case 204:
+            return "No Content";
+        case 100:
+            return "Continue";
+        case 400:
+            return "Bad Request";
+        case 401:
+            return "Unauthorized";
+        case 403:
+            return "Forbidden";
+        case 404:
+            return "Not Found";
+        case 405:
+            return "Method Not Allowed";
+        case 408:
+            return "Request Timeout";
+        case 409:
+            return "Conflict";
+        case 413:
+            return "Content Too Large";
+        case 417:
+            return "Expectation Failed";
+        case 415:
+            return "Unsupported Media Type";
+        case 422:
+            return "Unprocessable Content";
+        case 429:
+            return "Too Many Requests";
+        case 431:
+            return "Request Header Fields Too Large";
+        case 500:
+            return "Internal Server Error";
+        case 501:
+            return "Not Implemented";
+        case 503:
+            return "Service Unavailable";
+        case 505:
+            return "HTTP Version Not Supported";
+        default:
+            return "Status";
     }
 }
 

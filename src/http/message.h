@@ -13,11 +13,11 @@
 namespace osprey::http {
 
 struct HttpRequest {
-    std::string method;   // "GET", "POST", ...
-    std::string target;   // as sent: "/v1/models?x=1"
-    std::string path;     // target without the query: "/v1/models"
-    std::string query;    // after '?', undecoded
-    int minor_version = 1;  // HTTP/1.minor
+    std::string method;                                        // "GET", "POST", ...
+    std::string target;                                        // as sent: "/v1/models?x=1"
+    std::string path;                                          // target without the query: "/v1/models"
+    std::string query;                                         // after '?', undecoded
+    int minor_version = 1;                                     // HTTP/1.minor
     std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased, values trimmed
     std::string body;
     bool keep_alive = true;
@@ -37,11 +37,21 @@ struct HttpParseError {
     std::string message;
 };
 
+// How far an incomplete request got (for the server's deadlines and `Expect: 100-continue`).
+struct HttpParseProgress {
+    bool head_complete = false;    // request line and headers received and valid
+    size_t content_length = 0;     // of that head
+    bool expect_continue = false;  // HTTP/1.1 with `Expect: 100-continue`
+};
+
 // Parses one request from the front of `buffer` (bytes received so far). On success, removes the
-// request's bytes from `buffer` and returns it; returns nullopt when more bytes are needed; sets
-// `error` (and returns nullopt) when the bytes cannot be a valid request within the limits.
+// request's bytes from `buffer` and returns it; returns nullopt when more bytes are needed (then
+// `progress`, when given, says whether the head is complete); sets `error` (and returns nullopt)
+// when the bytes cannot be a valid request within the limits. RFC 9112: an HTTP/1.1 request needs
+// exactly one Host header (400); an expectation other than 100-continue is answered 417.
 std::optional<HttpRequest> parse_http_request(std::string& buffer, const HttpLimits& limits,
-                                              std::optional<HttpParseError>& error);
+                                              std::optional<HttpParseError>& error,
+                                              HttpParseProgress* progress = nullptr);
 
 struct HttpResponse {
     int status = 200;

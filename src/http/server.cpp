@@ -3,9 +3,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -33,6 +36,34 @@ void add_fd(int epoll_fd, int fd, uint32_t events, uint64_t tag) {
     ev.events = events;
     ev.data.u64 = tag;
     OSPREY_CHECK(::epoll_ctl(epoll_fd, EPOLL_CTL_ADD, fd, &ev) == 0, "epoll_ctl(ADD) failed: ", std::strerror(errno));
+}
+
+std::string openssl_error() {
+    const unsigned long e = ERR_get_error();
+    if (e == 0) return "unknown OpenSSL error";
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    ERR_clear_error();
+    return buf;
+}
+
+// The client's address as raw bytes (IPv4-mapped IPv6 as IPv4), for the per-address limit.
+std::string address_key(const sockaddr_storage& a) {
+    if (a.ss_family == AF_INET) {
+        const auto& v4 = reinterpret_cast<const sockaddr_in&>(a);
+        return std::string(reinterpret_cast<const char*>(&v4.sin_addr), 4);
+    }
+    if (a.ss_family == AF_INET6) {
+        const auto& v6 = reinterpret_cast<const sockaddr_in6&>(a);
+        if (IN6_IS_ADDR_V4MAPPED(&v6.sin6_addr))
+            return std::string(reinterpret_cast<const char*>(&v6.sin6_addr) + 12, 4);
+        return std::string(reinterpret_cast<const char*>(&v6.sin6_addr), 16);
+    }
+    return "other";
+}
+
+double seconds(Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
 }
 
 void drain_eventfd(int fd) {
@@ -77,15 +108,28 @@ private:
 struct HttpServer::Connection {
     uint64_t id = 0;
     int fd = -1;
-    std::string in;   // received, not yet parsed
-    std::string out;  // to send
+    SSL* ssl = nullptr;                 // TLS session, when TLS is on
+    bool tls_read_wants_write = false;  // a TLS read needs the socket writable first
+    std::string peer;                   // address key (per_ip_)
+    std::string in;                     // received, not yet parsed
+    std::string out;                    // to send
     std::unique_ptr<AsyncJob> job;
     bool job_streaming = false;
-    bool keep_alive = true;         // of the request being answered
+    bool job_paused = false;  // set_paused(true) was called (backpressure)
+    bool keep_alive = true;   // of the request being answered
     bool close_after_flush = false;
-    bool dead = false;              // close at the end of this event
-    uint32_t events = 0;            // current epoll interest
+    bool read_closed = false;  // the client shut down its side (EOF): answer, then close
+    bool dead = false;         // close at the end of this event
+    uint32_t events = 0;       // current epoll interest
     Clock::time_point last_activity = Clock::now();
+    // The request being received: when its first byte came, whether its head is complete (then the
+    // body's deadline), and whether 100 Continue was sent for it.
+    bool receiving = false;
+    Clock::time_point request_start;
+    bool head_complete = false;
+    Clock::time_point body_deadline;
+    bool continue_sent = false;
+    Clock::time_point last_write_progress = Clock::now();  // output sent, or output queued when none was
 };
 
 HttpServer::HttpServer(HttpServerOptions options, Handler handler)
@@ -96,7 +140,8 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
     addrinfo* found = nullptr;
     const std::string port = std::to_string(options_.port);
-    const int gai = ::getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(), &hints, &found);
+    const int gai =
+        ::getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(), port.c_str(), &hints, &found);
     OSPREY_CHECK(gai == 0, "--host '", options_.host, "': ", ::gai_strerror(gai));
     std::string last_error = "no address";
     for (addrinfo* a = found; a; a = a->ai_next) {
@@ -123,6 +168,23 @@ HttpServer::HttpServer(HttpServerOptions options, Handler handler)
     port_ = addr.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port)
                                        : ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 
+    if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+        OSPREY_CHECK(!options_.tls_cert_file.empty() && !options_.tls_key_file.empty(),
+                     "TLS needs both a certificate (--ssl-certfile) and a key (--ssl-keyfile)");
+        SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+        OSPREY_CHECK(ctx, "SSL_CTX_new: ", openssl_error());
+        ssl_ctx_ = ctx;
+        SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+        SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF | SSL_OP_NO_RENEGOTIATION);
+        SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+        OSPREY_CHECK(SSL_CTX_use_certificate_chain_file(ctx, options_.tls_cert_file.c_str()) == 1, "--ssl-certfile '",
+                     options_.tls_cert_file, "': ", openssl_error());
+        OSPREY_CHECK(SSL_CTX_use_PrivateKey_file(ctx, options_.tls_key_file.c_str(), SSL_FILETYPE_PEM) == 1,
+                     "--ssl-keyfile '", options_.tls_key_file, "': ", openssl_error());
+        OSPREY_CHECK(SSL_CTX_check_private_key(ctx) == 1,
+                     "--ssl-keyfile does not match --ssl-certfile: ", openssl_error());
+    }
+
     epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
     OSPREY_CHECK(epoll_fd_ >= 0, "epoll_create1 failed: ", std::strerror(errno));
     const int notify_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -141,6 +203,7 @@ HttpServer::~HttpServer() {
     if (listen_fd_ >= 0) ::close(listen_fd_);
     if (epoll_fd_ >= 0) ::close(epoll_fd_);
     if (stop_fd_ >= 0) ::close(stop_fd_);
+    if (ssl_ctx_) SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
     // The notifier's eventfd stays open while jobs still hold wake-ups to it (they only write to it).
 }
 
@@ -185,6 +248,8 @@ void HttpServer::run() {
                 Connection& c = *it->second;
                 const uint32_t ev = events[i].events;
                 if (ev & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) on_readable(c);
+                // A reset (e.g. the answer to the probe a half-closed stream gets) or both sides shut.
+                if (c.read_closed && (ev & (EPOLLHUP | EPOLLERR))) c.dead = true;
                 if (!c.dead && (ev & EPOLLOUT)) on_writable(c);
                 if (c.dead) close_connection(tag);
             }
@@ -198,7 +263,10 @@ void HttpServer::run() {
 
 void HttpServer::accept_all() {
     while (true) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        sockaddr_storage addr{};
+        socklen_t addr_len = sizeof addr;
+        const int fd =
+            ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &addr_len, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR) continue;
             if (errno == EMFILE || errno == ENFILE) {
@@ -215,10 +283,25 @@ void HttpServer::accept_all() {
             }
             return;
         }
-        if (int(connections_.size()) >= options_.max_connections) {
-            const std::string r = serialize(error(503, "too many connections"), false);
-            [[maybe_unused]] const ssize_t w = ::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
+        // Refusals are written in plain text, best effort (on a TLS port the client sees a closed
+        // connection).
+        auto refuse = [&](int status, const char* why) {
+            if (!ssl_ctx_) {
+                const std::string r = serialize(error(status, why), false);
+                [[maybe_unused]] const ssize_t w = ::send(fd, r.data(), r.size(), MSG_NOSIGNAL);
+            }
             ::close(fd);
+        };
+        std::string peer = address_key(addr);
+        if (options_.max_connections_per_ip > 0) {
+            auto it = per_ip_.find(peer);
+            if (it != per_ip_.end() && it->second >= options_.max_connections_per_ip) {
+                refuse(429, "too many connections from this address");
+                continue;
+            }
+        }
+        if (int(connections_.size()) >= options_.max_connections && !make_room()) {
+            refuse(503, "too many connections");
             continue;
         }
         const int one = 1;
@@ -226,20 +309,123 @@ void HttpServer::accept_all() {
         auto c = std::make_unique<Connection>();
         c->id = next_id_++;
         c->fd = fd;
+        if (ssl_ctx_) {
+            c->ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
+            if (!c->ssl || SSL_set_fd(c->ssl, fd) != 1) {
+                log::warn("TLS session: ", openssl_error());
+                if (c->ssl) SSL_free(c->ssl);
+                ::close(fd);
+                continue;
+            }
+            SSL_set_accept_state(c->ssl);
+        }
         c->events = EPOLLIN | EPOLLRDHUP;
+        ++per_ip_[peer];
+        c->peer = std::move(peer);
         add_fd(epoll_fd_, fd, c->events, c->id);
         connections_.emplace(c->id, std::move(c));
         n_connections_ = connections_.size();
     }
 }
 
+bool HttpServer::make_room() {
+    // A connection still sending its request (oldest first), else the longest-idle keep-alive one:
+    // neither holds work, so slow or idle clients can never keep a new one out.
+    Connection* victim = nullptr;
+    bool victim_receiving = false;
+    for (const auto& [id, c] : connections_) {
+        if (c->job || !c->out.empty() || c->dead) continue;
+        const bool receiving = c->receiving;
+        const Clock::time_point t = receiving ? c->request_start : c->last_activity;
+        if (!victim || (receiving && !victim_receiving) ||
+            (receiving == victim_receiving && t < (victim_receiving ? victim->request_start : victim->last_activity))) {
+            victim = c.get();
+            victim_receiving = receiving;
+        }
+    }
+    if (!victim) return false;
+    close_connection(victim->id);
+    return true;
+}
+
+HttpServer::Io HttpServer::read_some(Connection& c, char* buf, size_t n, size_t& got) {
+    got = 0;
+    if (c.ssl) {
+        ERR_clear_error();
+        const int r = SSL_read(c.ssl, buf, int(n));
+        if (r > 0) {
+            got = size_t(r);
+            return Io::ok;
+        }
+        switch (SSL_get_error(c.ssl, r)) {
+            case SSL_ERROR_WANT_READ:
+                return Io::again;
+            case SSL_ERROR_WANT_WRITE:
+                c.tls_read_wants_write = true;
+                return Io::again;
+            case SSL_ERROR_ZERO_RETURN:
+                return Io::eof;
+            case SSL_ERROR_SYSCALL:
+                return errno == EAGAIN || errno == EWOULDBLOCK ? Io::again : Io::failed;
+            default:
+                log::debug("TLS read on connection ", c.id, ": ", openssl_error());
+                return Io::failed;
+        }
+    }
+    while (true) {
+        const ssize_t r = ::recv(c.fd, buf, n, 0);
+        if (r > 0) {
+            got = size_t(r);
+            return Io::ok;
+        }
+        if (r == 0) return Io::eof;
+        if (errno == EINTR) continue;
+        return errno == EAGAIN || errno == EWOULDBLOCK ? Io::again : Io::failed;
+    }
+}
+
+HttpServer::Io HttpServer::write_some(Connection& c, const char* data, size_t n, size_t& sent) {
+    sent = 0;
+    if (c.ssl) {
+        ERR_clear_error();
+        const int r = SSL_write(c.ssl, data, int(std::min<size_t>(n, 1 << 30)));
+        if (r > 0) {
+            sent = size_t(r);
+            return Io::ok;
+        }
+        const int e = SSL_get_error(c.ssl, r);
+        if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Io::again;
+        return Io::failed;
+    }
+    while (true) {
+        const ssize_t r = ::send(c.fd, data, n, MSG_NOSIGNAL);
+        if (r > 0) {
+            sent = size_t(r);
+            return Io::ok;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Io::again;
+        return Io::failed;
+    }
+}
+
+void HttpServer::begin_request_clock(Connection& c) {
+    c.receiving = !c.in.empty();
+    c.request_start = Clock::now();
+    c.head_complete = false;
+    c.continue_sent = false;
+}
+
 void HttpServer::on_readable(Connection& c) {
+    if (c.read_closed) return;
     char buf[16384];
     bool peer_closed = false;
     while (true) {
-        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
-        if (n > 0) {
-            c.in.append(buf, size_t(n));
+        size_t got = 0;
+        const Io io = read_some(c, buf, sizeof buf, got);
+        if (io == Io::ok) {
+            c.in.append(buf, got);
+            if (!c.receiving && !c.job) begin_request_clock(c);  // the first byte of a request
             c.last_activity = Clock::now();
             // A client that sends more than a whole request's worth while its previous one is still
             // being answered is not pipelining but flooding: drop it rather than buffer without bound.
@@ -250,42 +436,84 @@ void HttpServer::on_readable(Connection& c) {
             }
             continue;
         }
-        if (n == 0) {
-            peer_closed = true;
-        } else if (errno == EINTR) {
-            continue;
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            peer_closed = true;
+        if (io == Io::eof) peer_closed = true;
+        if (io == Io::failed) {
+            c.dead = true;  // reset or broken: nothing can be sent any more
+            return;
         }
         break;
     }
     if (peer_closed) {
-        // A client that goes away cancels what it asked for; nothing can be sent to it any more.
-        c.dead = true;
-        return;
+        // The client shut down its side: a half-close (RFC 9112 §9.6 lets it still read) or a full
+        // close, which TCP cannot tell apart until we write. Requests received are answered; reading
+        // stops. A stream in progress gets a comment line ("probe"): a client that has really gone
+        // answers it with a reset, which cancels the job at once (also during a long prefill). A
+        // non-streaming generation has nothing to write until it ends, so there an EOF counts as the
+        // client leaving (as nginx and Go's net/http do) and cancels it.
+        c.read_closed = true;
+        update_interest(c);
+        if (c.job && !c.job_streaming) {
+            c.dead = true;
+            return;
+        }
+        if (c.job && c.job_streaming) {
+            send(c, chunk(":\n\n"));
+            return;
+        }
     }
     process(c);
+    if (!c.dead && c.read_closed && !c.job && c.out.empty()) c.dead = true;  // nothing (more) to answer
 }
 
-void HttpServer::on_writable(Connection& c) { flush(c); }
+void HttpServer::on_writable(Connection& c) {
+    if (c.ssl && c.tls_read_wants_write) {
+        c.tls_read_wants_write = false;
+        on_readable(c);
+        if (c.dead) return;
+    }
+    flush(c);
+}
 
 void HttpServer::process(Connection& c) {
     while (!c.job && !c.close_after_flush && !c.dead) {
         std::optional<HttpParseError> err;
-        std::optional<HttpRequest> request = parse_http_request(c.in, options_.limits, err);
+        HttpParseProgress progress;
+        std::optional<HttpRequest> request = parse_http_request(c.in, options_.limits, err, &progress);
         if (err) {
             c.keep_alive = false;
             c.close_after_flush = true;
             send(c, serialize(error(err->status, err->message), false));
             return;
         }
-        if (!request) return;
+        if (!request) {
+            if (progress.head_complete && !c.head_complete) {
+                c.head_complete = true;
+                c.body_deadline =
+                    Clock::now() +
+                    std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                        options_.header_timeout_s + double(progress.content_length) / options_.min_body_rate));
+            }
+            if (progress.expect_continue && !c.continue_sent) {
+                c.continue_sent = true;  // the body may come (RFC 9110 §10.1.1)
+                send(c, "HTTP/1.1 100 Continue\r\n\r\n");
+            }
+            if (c.read_closed && !c.in.empty()) {  // the rest of this request can never come
+                c.in.clear();
+                if (c.out.empty())
+                    c.dead = true;
+                else
+                    c.close_after_flush = true;
+            }
+            return;
+        }
+        c.receiving = false;
         start_request(c, std::move(*request));
+        if (!c.job) begin_request_clock(c);  // a pipelined request's clock starts when it can be read
     }
 }
 
 void HttpServer::start_request(Connection& c, HttpRequest request) {
-    c.keep_alive = request.keep_alive && !stopping_;
+    c.keep_alive = request.keep_alive && !stopping_ && !c.read_closed;
     Reply reply;
     try {
         reply = handler_(request);
@@ -299,6 +527,7 @@ void HttpServer::start_request(Connection& c, HttpRequest request) {
     }
     c.job = std::move(reply.job);
     c.job_streaming = c.job->streaming();
+    c.job_paused = false;
     if (c.job_streaming) send(c, serialize_chunked_head(200, c.job->content_type(), c.keep_alive));
     std::weak_ptr<Notifier> weak = notifier_;
     const uint64_t id = c.id;
@@ -327,13 +556,17 @@ void HttpServer::pump_job(Connection& c) {
         send(c, serialize(p.response ? *p.response : error(500, "internal error: job ended without a response"),
                           c.keep_alive));
     }
-    if (!p.done) return;
+    // The rest after the other ready work (and not while the client does not read).
+    if (p.more && !p.done && !c.dead && !c.job_paused) notifier_->wake(c.id);
+    if (!p.done || c.dead) return;
     c.job.reset();
+    c.job_paused = false;
     if (!c.keep_alive) {
         c.close_after_flush = true;
         if (c.out.empty()) c.dead = true;
         return;
     }
+    begin_request_clock(c);
     process(c);  // pipelined requests that arrived meanwhile
 }
 
@@ -341,6 +574,7 @@ void HttpServer::send(Connection& c, std::string data) {
     if (c.dead) return;
     if (c.out.empty()) {
         c.out = std::move(data);
+        c.last_write_progress = Clock::now();
     } else {
         c.out += data;
     }
@@ -350,27 +584,45 @@ void HttpServer::send(Connection& c, std::string data) {
 void HttpServer::flush(Connection& c) {
     size_t sent = 0;
     while (sent < c.out.size()) {
-        const ssize_t n = ::send(c.fd, c.out.data() + sent, c.out.size() - sent, MSG_NOSIGNAL);
-        if (n > 0) {
-            sent += size_t(n);
+        size_t n = 0;
+        const Io io = write_some(c, c.out.data() + sent, c.out.size() - sent, n);
+        if (io == Io::ok) {
+            sent += n;
             continue;
         }
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (io == Io::again) break;
         c.dead = true;  // the peer is gone
         return;
     }
     c.out.erase(0, sent);
-    if (sent > 0) c.last_activity = Clock::now();
+    if (sent > 0) c.last_activity = c.last_write_progress = Clock::now();
     if (c.out.empty() && c.close_after_flush && !c.job) {
         c.dead = true;
         return;
+    }
+    // Backpressure: a stream whose client does not keep up is paused, and cut off past the limit.
+    if (c.job && c.job_streaming) {
+        if (c.out.size() > options_.max_output_bytes) {
+            log::warn("connection ", c.id, ": ", c.out.size(), " bytes unsent (limit ", options_.max_output_bytes,
+                      "); the client does not read, cancelling its stream");
+            c.dead = true;
+            return;
+        }
+        if (!c.job_paused && c.out.size() > options_.stream_pause_bytes) {
+            c.job_paused = true;
+            c.job->set_paused(true);
+        } else if (c.job_paused && c.out.size() <= options_.stream_pause_bytes / 2) {
+            c.job_paused = false;
+            c.job->set_paused(false);
+            notifier_->wake(c.id);  // events that waited meanwhile
+        }
     }
     update_interest(c);
 }
 
 void HttpServer::update_interest(Connection& c) {
-    const uint32_t want = EPOLLIN | EPOLLRDHUP | (c.out.empty() ? 0u : uint32_t(EPOLLOUT));
+    uint32_t want = c.read_closed ? 0u : uint32_t(EPOLLIN | EPOLLRDHUP);
+    if (!c.out.empty() || c.tls_read_wants_write) want |= EPOLLOUT;
     if (want == c.events) return;
     epoll_event ev{};
     ev.events = want;
@@ -384,7 +636,12 @@ void HttpServer::close_connection(uint64_t id) {
     Connection& c = *it->second;
     if (c.job) c.job->cancel();
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
+    if (c.ssl) {
+        if (!c.dead) SSL_shutdown(c.ssl);  // close_notify, best effort (non-blocking)
+        SSL_free(c.ssl);
+    }
     ::close(c.fd);
+    if (auto p = per_ip_.find(c.peer); p != per_ip_.end() && --p->second <= 0) per_ip_.erase(p);
     connections_.erase(it);
     n_connections_ = connections_.size();
 }
@@ -397,14 +654,42 @@ void HttpServer::sweep_timeouts() {
         if (::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, listen_fd_, &ev) == 0) accept_paused_ = false;
     }
     const auto now = Clock::now();
-    std::vector<uint64_t> expired;
+    // Give memory freed after a burst back to the system once no request is in progress (glibc keeps
+    // freed chunks in its arenas otherwise, and the RSS stays at the burst's peak).
+    bool busy = false;
+    for (const auto& [id, c] : connections_) busy = busy || c->job;
+    if (!busy && trim_due_) {
+        ::malloc_trim(0);
+        trim_due_ = false;
+    }
+    if (busy) trim_due_ = true;
+    std::vector<uint64_t> expired, late;
     for (const auto& [id, c] : connections_) {
+        if (!c->out.empty()) {  // sending: the client must keep reading
+            if (seconds(now - c->last_write_progress) > options_.write_timeout_s) expired.push_back(id);
+            continue;
+        }
         if (c->job) continue;  // a generation in progress is not idle
-        const double idle = std::chrono::duration<double>(now - c->last_activity).count();
-        const double limit = c->in.empty() ? options_.idle_timeout_s : options_.header_timeout_s;
-        if (idle > limit) expired.push_back(id);
+        if (c->receiving) {
+            // The whole head within header_timeout_s of its first byte (not of the last one: a byte
+            // every few seconds must not hold a connection for ever), then the body at min_body_rate.
+            const bool over =
+                c->head_complete ? now > c->body_deadline : seconds(now - c->request_start) > options_.header_timeout_s;
+            if (over) late.push_back(id);
+        } else if (seconds(now - c->last_activity) > options_.idle_timeout_s) {
+            expired.push_back(id);
+        }
     }
     for (uint64_t id : expired) close_connection(id);
+    for (uint64_t id : late) {
+        Connection& c = *connections_.at(id);
+        c.keep_alive = false;
+        c.close_after_flush = true;
+        c.receiving = false;
+        c.in.clear();
+        send(c, serialize(error(408, "the request did not arrive in time"), false));
+        if (c.dead || c.out.empty()) close_connection(id);
+    }
 }
 
 }  // namespace osprey::http

@@ -1,8 +1,15 @@
 // An HTTP/1.1 server on one epoll event loop (ours): non-blocking sockets, keep-alive, pipelined
 // requests answered in order, responses that complete later (asynchronous jobs, e.g. a generation)
-// and chunked streaming (server-sent events). Idle connections cost a file descriptor and a few
-// buffers, never a thread. A job's producer (the engine thread) wakes the loop through wake(); a
-// client that disconnects gets its job cancelled at once. Tests: tests/server/test_server_e2e.cpp (in-process).
+// and chunked streaming (server-sent events), optionally over TLS (OpenSSL). Idle connections cost a
+// file descriptor and a few buffers, never a thread. A job's producer (the engine thread) wakes the
+// loop through wake(); a client that disconnects gets its job cancelled at once.
+//
+// Limits against slow and hostile clients (docs/architecture.md, "HTTP limits"): a deadline for the
+// whole request head, a minimum body rate, connections per client address, eviction of the oldest
+// connection still sending its head when the table is full, a write timeout, and per-stream output
+// bounds: a stream whose client does not read is paused (AsyncJob::set_paused) past
+// stream_pause_bytes of unsent output and cancelled past max_output_bytes.
+// Tests: tests/server/test_server_e2e.cpp, tests/server/test_server_hardening.cpp (in-process).
 #pragma once
 
 #include <atomic>
@@ -39,17 +46,21 @@ public:
     virtual void start(std::function<void()> wake) = 0;
 
     struct Progress {
-        std::string body;                       // streaming: bytes for the next chunk(s)
+        std::string body;  // streaming: bytes for the next chunk(s)
         bool done = false;
-        std::optional<HttpResponse> response;   // non-streaming: the whole response once done
+        bool more = false;                     // more is ready now: poll again (after other work)
+        std::optional<HttpResponse> response;  // non-streaming: the whole response once done
     };
     virtual Progress poll() = 0;
     // The client went away (or the server is stopping): stop the work.
     virtual void cancel() = 0;
+    // Backpressure for streaming jobs: the client is not reading, so stop producing (true) until
+    // its output drains (false). Optional.
+    virtual void set_paused(bool paused) {}
 };
 
 struct Reply {
-    HttpResponse response;           // used when job is null
+    HttpResponse response;  // used when job is null
     std::unique_ptr<AsyncJob> job;
 
     Reply() = default;
@@ -63,11 +74,27 @@ using Handler = std::function<Reply(const HttpRequest&)>;
 
 struct HttpServerOptions {
     std::string host = "127.0.0.1";
-    int port = 8000;                 // 0: any free port (see port())
+    int port = 8000;  // 0: any free port (see port())
     HttpLimits limits;
+    // Open connections. When full, the connection that has been sending its request head the longest
+    // (or else the longest-idle keep-alive one) is closed for the newcomer; only when every
+    // connection has a request in progress is the newcomer refused (503).
     int max_connections = 10000;
-    double idle_timeout_s = 120;     // keep-alive connections idle this long are closed
-    double header_timeout_s = 30;    // a request must arrive completely within this
+    int max_connections_per_ip = 1024;  // per client address (429 beyond); 0: no limit (behind a proxy)
+    double idle_timeout_s = 120;        // keep-alive connections idle this long are closed
+    double header_timeout_s = 10;       // the whole request head (line + headers) within this, from its first byte
+    // Bodies must arrive at this rate at least: header_timeout_s + Content-Length / min_body_rate after
+    // the head (408 otherwise).
+    double min_body_rate = 64 * 1024;  // bytes per second
+    double write_timeout_s = 60;       // output pending without progress this long: connection closed
+    // A streaming response with more than this much unsent output is paused (its client reads too
+    // slowly), and resumed below half of it.
+    size_t stream_pause_bytes = 256 * 1024;
+    // Unsent output above this cancels the job and closes the connection.
+    size_t max_output_bytes = 16 * 1024 * 1024;
+    // TLS (https) when both are set: PEM certificate chain and private key.
+    std::string tls_cert_file;
+    std::string tls_key_file;
     // Builds the error body for transport-level failures (bad request line, 413, 431, ...).
     std::function<HttpResponse(int status, const std::string& message)> error_response;
 };
@@ -86,10 +113,12 @@ public:
     void stop();
 
     size_t n_connections() const { return n_connections_.load(); }
+    bool tls() const { return ssl_ctx_ != nullptr; }
 
 private:
     struct Connection;
     class Notifier;
+    enum class Io { ok, again, eof, failed };
 
     void accept_all();
     void on_readable(Connection& c);
@@ -102,6 +131,10 @@ private:
     void update_interest(Connection& c);
     void close_connection(uint64_t id);
     void sweep_timeouts();
+    bool make_room();  // closes one connection that holds no request in progress; false if none
+    Io read_some(Connection& c, char* buf, size_t n, size_t& got);
+    Io write_some(Connection& c, const char* data, size_t n, size_t& sent);
+    void begin_request_clock(Connection& c);
     HttpResponse error(int status, const std::string& message) const;
 
     HttpServerOptions options_;
@@ -115,7 +148,10 @@ private:
     uint64_t next_id_ = 1;
     std::atomic<size_t> n_connections_{0};
     std::atomic<bool> stopping_{false};
-    bool accept_paused_ = false;  // out of file descriptors: the listening socket is not watched
+    bool accept_paused_ = false;                   // out of file descriptors: the listening socket is not watched
+    std::unordered_map<std::string, int> per_ip_;  // open connections by client address (raw bytes)
+    void* ssl_ctx_ = nullptr;                      // SSL_CTX*, when TLS is on
+    bool trim_due_ = false;                        // requests ran since memory was last trimmed
 };
 
 }  // namespace osprey::http

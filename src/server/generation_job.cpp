@@ -10,7 +10,8 @@ namespace osprey::server {
 using Clock = std::chrono::steady_clock;
 
 int64_t unix_time() {
-    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
 }
 
 std::string ServerContext::new_id(const char* prefix) {
@@ -50,6 +51,10 @@ void GenerationJob::cancel() {
     for (auto& s : streams_) s->cancel();
 }
 
+void GenerationJob::set_paused(bool paused) {
+    for (auto& s : streams_) s->set_paused(paused);
+}
+
 void GenerationJob::end_choice(int choice) {
     ended_[size_t(choice)] = true;
     const size_t prompt = size_t(choice) / size_t(n_samples_);
@@ -68,8 +73,16 @@ http::AsyncJob::Progress GenerationJob::poll() {
         p.done = true;
         return p;
     }
+    // At most kEventsPerPoll events per call (the loop comes back for the rest: Progress::more), so
+    // one busy request neither stalls the loop nor builds an unbounded chunk before backpressure
+    // can act on it.
+    constexpr int kEventsPerPoll = 256;
+    int n_events = 0;
     for (size_t i = 0; i < streams_.size(); ++i) {
-        while (auto e = streams_[i]->try_pop()) {
+        while (n_events < kEventsPerPoll) {
+            auto e = streams_[i]->try_pop();
+            if (!e) break;
+            ++n_events;
             const int choice = int(i) * n_samples_ + e->sample;
             const auto now = Clock::now();
             if (e->kind == engine::Event::Kind::token) {
@@ -92,6 +105,10 @@ http::AsyncJob::Progress GenerationJob::poll() {
                 ended_[size_t(choice)] = true;
             }
         }
+    }
+    if (n_events == kEventsPerPoll) {
+        p.more = true;
+        return p;
     }
     bool all_done = true;
     for (auto& s : streams_) all_done = all_done && s->done();

@@ -26,6 +26,8 @@ public:
     void start(std::function<void()> wake) override;
     Progress poll() override;
     void cancel() override;
+    // The client does not read: the engine stops generating for this request (engine::RequestStream).
+    void set_paused(bool paused) override;
 
 protected:
     // Formatter hooks, all on the event loop thread. Streaming ones append SSE bytes to p.body.
@@ -50,9 +52,9 @@ protected:
 
 private:
     std::vector<std::shared_ptr<engine::RequestStream>> streams_;
-    std::vector<bool> ended_;  // [n_choices]
+    std::vector<bool> ended_;                                        // [n_choices]
     std::vector<std::chrono::steady_clock::time_point> last_token_;  // [n_choices]
-    std::vector<bool> prompt_counted_;  // [n_prompts]
+    std::vector<bool> prompt_counted_;                               // [n_prompts]
     bool first_token_seen_ = false;
     bool done_ = false;
 };

@@ -1,6 +1,11 @@
 // Routing, authentication and error mapping (see openai_server.h).
 #include "server/openai_server.h"
 
+#include <algorithm>
+#include <iterator>
+#include <mutex>
+#include <optional>
+
 #include "core/log.h"
 #include "core/utf8.h"
 #include "server/api_error.h"
@@ -61,7 +66,8 @@ namespace {
 
 json::Value parse_body(const http::HttpRequest& request) {
     // The Content-Type is not checked: curl's default (form-urlencoded) with a JSON body is common.
-    if (request.body.empty()) throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
+    if (request.body.empty())
+        throw ApiError(400, "the request body is empty; expected a JSON object", "", "invalid_json");
     if (const size_t bad = utf8::first_invalid(request.body); bad != std::string::npos)
         throw ApiError(400, str("the request body is not valid UTF-8 (byte ", bad, ")"), "", "invalid_utf8");
     try {
@@ -73,7 +79,8 @@ json::Value parse_body(const http::HttpRequest& request) {
 
 void require_method(const http::HttpRequest& request, const char* method) {
     if (request.method != method)
-        throw ApiError(405, "method " + request.method + " is not allowed on " + request.path + " (use " + method + ")");
+        throw ApiError(405,
+                       "method " + request.method + " is not allowed on " + request.path + " (use " + method + ")");
 }
 
 }  // namespace
@@ -89,15 +96,13 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
         return http::Reply(r);
     }
     if (path == "/health") {
-        route_name = path;
+        route_name = "/health";
         return http::Reply(http::HttpResponse::json(200, "{\"status\":\"ok\"}"));
     }
     if (path == "/metrics") {
-        route_name = path;
+        route_name = "/metrics";
         require_method(request, "GET");
-        return http::Reply(http::HttpResponse::text(200,
-                                                    ctx_.metrics.render(ctx_.engine.stats(), ctx_.options.model_name),
-                                                    "text/plain; version=0.0.4; charset=utf-8"));
+        return metrics_reply();
     }
     if (path == "/" || path == "/index.html") {
         route_name = "/";
@@ -108,14 +113,18 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
         route_name = "other";
         throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
     }
-    route_name = path;
+    // The label is the route's, and only once the client is authenticated (until then "other"): the
+    // path is the client's to choose, and labels must not grow with what clients send (issue 19).
     if (!authorized(request))
         throw ApiError(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "", "invalid_api_key");
+    if (path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses")
+        route_name = path;  // one of kRouteLabels
     if (path == "/v1/models") {
         require_method(request, "GET");
         return http::Reply(models());
     }
     if (path.rfind("/v1/models/", 0) == 0) {
+        route_name = "/v1/models/{id}";
         require_method(request, "GET");
         check_model(ctx_, path.substr(11));
         json::Value list = json::parse(models().body);
@@ -140,7 +149,65 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
         if (request.method == "DELETE") return http::Reply(delete_stored_response(ctx_, id));
         throw ApiError(405, "method " + request.method + " is not allowed on /v1/responses/{id} (use GET or DELETE)");
     }
+    route_name = "other";
     throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
+}
+
+namespace {
+
+// GET /metrics, rendered on the server's worker thread: the exposition's cost (bounded by the fixed
+// route labels, but still a few hundred lines) never stalls the event loop.
+class MetricsJob : public http::AsyncJob {
+public:
+    struct State {
+        std::mutex mu;
+        std::optional<http::HttpResponse> response;
+        std::function<void()> wake;
+        bool cancelled = false;
+    };
+    explicit MetricsJob(std::shared_ptr<State> state) : state_(std::move(state)) {}
+    bool streaming() const override { return false; }
+    void start(std::function<void()> wake) override {
+        std::lock_guard lock(state_->mu);
+        state_->wake = std::move(wake);
+        if (state_->response) state_->wake();
+    }
+    Progress poll() override {
+        std::lock_guard lock(state_->mu);
+        Progress p;
+        if (state_->response) {
+            p.done = true;
+            p.response = std::move(state_->response);
+        }
+        return p;
+    }
+    void cancel() override {
+        std::lock_guard lock(state_->mu);
+        state_->cancelled = true;
+    }
+
+private:
+    std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+http::Reply OpenAiServer::metrics_reply() {
+    auto state = std::make_shared<MetricsJob::State>();
+    const bool queued = worker_.post([this, state] {
+        {
+            std::lock_guard lock(state->mu);
+            if (state->cancelled) return;
+        }
+        http::HttpResponse r =
+            http::HttpResponse::text(200, ctx_.metrics.render(ctx_.engine.stats(), ctx_.options.model_name),
+                                     "text/plain; version=0.0.4; charset=utf-8");
+        std::lock_guard lock(state->mu);
+        state->response = std::move(r);
+        if (state->wake) state->wake();
+    });
+    if (!queued) throw ApiError(503, "metrics are being rendered for other requests; retry shortly");
+    return http::Reply(std::make_unique<MetricsJob>(std::move(state)));
 }
 
 http::Reply OpenAiServer::handle(const http::HttpRequest& request) {
@@ -157,6 +224,8 @@ http::Reply OpenAiServer::handle(const http::HttpRequest& request) {
         reply = http::Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
     }
     const int status = reply.job ? 200 : reply.response.status;
+    if (std::find(std::begin(kRouteLabels), std::end(kRouteLabels), route_name) == std::end(kRouteLabels))
+        route_name = "other";  // never a label outside the table
     ctx_.metrics.http_request(route_name, status);
     log::debug(request.method, " ", request.path, " -> ", status, reply.job ? " (generating)" : "");
     return reply;

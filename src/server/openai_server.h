@@ -9,6 +9,7 @@
 
 #include "http/server.h"
 #include "server/server_context.h"
+#include "server/worker.h"
 
 namespace osprey::server {
 
@@ -26,9 +27,25 @@ private:
     http::Reply route(const http::HttpRequest& request, std::string& route_name);
     bool authorized(const http::HttpRequest& request) const;
     http::HttpResponse models() const;
+    http::Reply metrics_reply();
 
     ServerContext ctx_;
+    Worker worker_{8};  // renders /metrics off the event loop; at most 8 waiting renders
 };
+
+// The only route labels of osprey_http_requests_total: a fixed table, so no request can add one.
+// Anything else, and every request that fails authentication, is counted as "other".
+inline constexpr const char* kRouteLabels[] = {"/",
+                                               "/health",
+                                               "/metrics",
+                                               "/v1/models",
+                                               "/v1/models/{id}",
+                                               "/v1/chat/completions",
+                                               "/v1/completions",
+                                               "/v1/responses",
+                                               "/v1/responses/{id}",
+                                               "options",
+                                               "other"};
 
 // Constant-time equality (the time depends on the lengths only).
 bool constant_time_equal(const std::string& a, const std::string& b);

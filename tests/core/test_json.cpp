@@ -496,7 +496,7 @@ TEST(json, built_values_dump_and_indent) {
     v.set("big", uint64_t(UINT64_MAX));
     v.set("nan", std::nan(""));
     EXPECT_EQ(v.dump(), R"({"name":"osprey","n":3,"list":[1.5],"empty_list":[],"empty_object":{},"none":null,)"
-                        R"("big":18446744073709551616,"nan":null})");
+                        R"("big":18446744073709551615,"nan":null})");
     Value small;
     small.set("a", Array{1, Value(Object{{"b", true}})});
     small.set("c", Object{});
@@ -685,6 +685,26 @@ TEST(json, number_equality_and_kinds) {
     EXPECT_FALSE(Value(uint64_t(UINT64_MAX)).is_integer());
     EXPECT_TRUE(Value(uint64_t(INT64_MAX)).is_integer());
     EXPECT_EQ(Value(uint64_t(INT64_MAX)).as_int(), INT64_MAX);
+}
+
+}  // namespace
+}  // namespace osprey::json
+
+namespace osprey::json {
+namespace {
+
+// Issue 19: integers up to 2^64 - 1 are exact (serde_json's u64), beyond they are doubles.
+TEST(json, unsigned_integers_above_int64_are_exact) {
+    const Value v = parse("[9223372036854775807, 9223372036854775808, 18446744073709551615, 18446744073709551616]");
+    const Array& a = v.as_array();
+    EXPECT_TRUE(a[0].is_integer());
+    EXPECT_FALSE(a[1].is_integer());
+    EXPECT_TRUE(a[1].is_big_unsigned());
+    EXPECT_EQ(a[2].as_big_unsigned(), UINT64_MAX);
+    EXPECT_FALSE(a[2].is_float());
+    EXPECT_TRUE(a[3].is_float());
+    EXPECT_EQ(v.dump(), "[9223372036854775807,9223372036854775808,18446744073709551615,18446744073709551616]");
+    EXPECT_EQ(parse(v.dump()), v);
 }
 
 }  // namespace

@@ -23,6 +23,16 @@ TEST(harmony_schema, defaults_are_printed_like_serde_json) {
               "h?: Array<any>,\ni?: number | null,\nj?: {\n    x?: boolean,\n    }[],\n}");
 }
 
+// Issue 19: integers in [2^63, 2^64 - 1] are serde_json u64s, written as integers; beyond either end
+// they are floats (expected strings from openai-harmony 0.0.8).
+TEST(harmony_schema, integer_defaults_up_to_u64_max_stay_integers) {
+    EXPECT_EQ(ts(R"({"type": "object", "properties": {"a": {"type": "integer", "default": 9223372036854775808},
+        "b": {"type": "integer", "default": 18446744073709551615}, "c": {"type": "number", "default": 18446744073709551616},
+        "d": {"type": "integer", "default": -9223372036854775809}}})"),
+              "{\na?: number, // default: 9223372036854775808\nb?: number, // default: 18446744073709551615\n"
+              "c?: number, // default: 1.8446744073709552e19\nd?: number, // default: -9.223372036854776e18\n}");
+}
+
 TEST(harmony_schema, top_level_one_of) {
     EXPECT_EQ(ts(R"({"oneOf": [{"type": "string", "enum": ["a"], "default": "a", "description": "first"},
         {"type": "object", "nullable": true, "properties": {"q": {"type": "string"}}}]})"),

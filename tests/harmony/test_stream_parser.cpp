@@ -246,3 +246,31 @@ TEST(harmony_parser, round_trip_of_rendered_conversation) {
 
 }  // namespace
 }  // namespace osprey::harmony
+
+namespace osprey::harmony {
+namespace {
+
+// Issue 19: "<|start|>" in content. As text (what a client can send) it is ordinary tokens, both when
+// rendered (the same ids as openai-harmony 0.0.8) and when parsed back (content, as harmony keeps it).
+// As the special token inside generated content, openai-harmony keeps its text and everything after
+// it in the message; we end the message there and parse the next header (docs/architecture.md,
+// "Harmony: <|start|> inside content"), so a forgotten <|end|> cannot leak a header into content.
+TEST(harmony_parser, literal_start_text_is_content_and_the_start_token_ends_the_message) {
+    Conversation c;
+    c.messages.push_back(Message::user("a <|start|>assistant b"));
+    EXPECT_EQ(render_for_completion(c).tokens(test::o200k()),
+              (std::vector<TokenId>{200006, 1428, 200008, 64, 464, 91, 5236, 91, 29, 173781, 287, 200007, 200006, 173781}));
+
+    std::vector<TokenId> ids = encode("<|channel|>final<|message|>");
+    const std::vector<TokenId> text = test::o200k().encode("hello <|start|> there", tok::Specials::as_text);
+    ids.insert(ids.end(), text.begin(), text.end());
+    ids.push_back(200002);  // <|return|>
+    EXPECT_EQ(test::describe(parse(ids)), (Strings{"assistant #final |hello <|start|> there"}));
+
+    const std::vector<TokenId> forgot_end = encode(
+        "<|channel|>analysis<|message|>think<|start|>assistant<|channel|>final<|message|>answer<|return|>");
+    EXPECT_EQ(test::describe(parse(forgot_end)), (Strings{"assistant #analysis |think", "assistant #final |answer"}));
+}
+
+}  // namespace
+}  // namespace osprey::harmony

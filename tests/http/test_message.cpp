@@ -26,7 +26,8 @@ TEST(HttpMessage, ParsesAGetWithQueryAndHeaders) {
 
 TEST(HttpMessage, WaitsForTheWholeBodyThenLeavesPipelinedBytes) {
     const std::string full =
-        "POST /v1/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /health HTTP/1.1\r\nConnection: close\r\n\r\n";
+        "POST /v1/completions HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nhelloGET /health HTTP/1.1\r\nHost: "
+        "h\r\nConnection: close\r\n\r\n";
     std::string b;
     std::optional<HttpParseError> err;
     for (size_t i = 0; i < full.size(); ++i) {  // byte by byte: incomplete until the body is complete
@@ -75,6 +76,10 @@ TEST(HttpMessage, RejectsMalformedRequestsWithTheRightStatus) {
         {"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", 501},
         {"GET /x HTTP/1.1\r\nA: " + std::string(300, 'a') + "\r\n\r\n", 431},
         {"GET /x HTTP/1.1\r\nA: " + std::string(300, 'a'), 431},  // too long even before the end
+        {"GET /x HTTP/1.1\r\n\r\n", 400},                         // RFC 9112 §3.2: Host is required
+        {"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", 400},   // ... exactly once
+        {"POST /x HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\n", 417},
+        {"POST /x HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 101\r\n\r\n", 413},
     };
     for (const Case& c : cases) {
         std::string b = c.bytes;
@@ -84,6 +89,32 @@ TEST(HttpMessage, RejectsMalformedRequestsWithTheRightStatus) {
         EXPECT_EQ(err->status, c.status) << c.bytes << ": " << err->message;
         EXPECT_FALSE(err->message.empty());
     }
+}
+
+TEST(HttpMessage, Http10NeedsNoHostAndIgnoresExpect) {
+    std::string b = "GET /x HTTP/1.0\r\nExpect: whatever\r\n\r\n";
+    std::optional<HttpParseError> err;
+    auto r = parse(b, err);
+    ASSERT_TRUE(r) << (err ? err->message : "");
+    EXPECT_EQ(r->path, "/x");
+}
+
+TEST(HttpMessage, ReportsACompleteHeadAndExpectContinue) {
+    std::string b = "POST /x HTTP/1.1\r\nHost: a\r\nExpect: 100-Continue\r\nContent-Length: 4\r\n\r\nab";
+    std::optional<HttpParseError> err;
+    HttpParseProgress progress;
+    EXPECT_FALSE(parse_http_request(b, HttpLimits{}, err, &progress));
+    EXPECT_FALSE(err);
+    EXPECT_TRUE(progress.head_complete);
+    EXPECT_TRUE(progress.expect_continue);
+    EXPECT_EQ(progress.content_length, 4u);
+    b += "cd";
+    auto r = parse_http_request(b, HttpLimits{}, err, &progress);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "abcd");
+    std::string head_only = "GET /x HTTP/1.1\r\nHost: a\r\n";
+    EXPECT_FALSE(parse_http_request(head_only, HttpLimits{}, err, &progress));
+    EXPECT_FALSE(progress.head_complete);
 }
 
 TEST(HttpMessage, SerializesResponsesAndChunks) {

@@ -115,7 +115,7 @@ TEST_F(ServerE2E, KeepAliveAndPipelining) {
     EXPECT_NE(r.find("\"content\":\"Hi there,\""), std::string::npos) << r;
     EXPECT_NE(r.find("\"finish_reason\":\"length\""), std::string::npos) << r;
     // Three requests in one write: answered in order, the generation in the middle included.
-    send_all(fd, "GET /v1/models HTTP/1.1\r\n\r\n" + chat(3, false) + "GET /health HTTP/1.1\r\n\r\n");
+    send_all(fd, "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n" + chat(3, false) + "GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
     EXPECT_NE(read_response(fd, buffer).find("\"object\":\"list\""), std::string::npos);
     EXPECT_NE(read_response(fd, buffer).find("chat.completion"), std::string::npos);
     EXPECT_NE(read_response(fd, buffer).find("\"status\":\"ok\""), std::string::npos);
@@ -133,7 +133,7 @@ TEST_F(ServerE2E, StreamingIsChunkedServerSentEvents) {
     EXPECT_NE(r.find("\"finish_reason\":\"length\""), std::string::npos);
     EXPECT_NE(r.find("data: [DONE]\n\n"), std::string::npos);
     // The connection stays usable after the stream.
-    send_all(fd, "GET /health HTTP/1.1\r\n\r\n");
+    send_all(fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
     EXPECT_NE(read_response(fd, buffer).find("\"status\":\"ok\""), std::string::npos);
     ::close(fd);
 }
@@ -168,11 +168,11 @@ TEST_F(ServerE2E, ManyIdleConnectionsAndBadClientsDoNotBlockOthers) {
     std::vector<int> idle;
     for (int i = 0; i < 300; ++i) idle.push_back(connect_client());
     const int bad = connect_client();
-    send_all(bad, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 5\r\n\r\n{\"a\":");  // bad JSON
+    send_all(bad, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\n{\"a\":");  // bad JSON
     const int big = connect_client();
-    send_all(big, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 999999\r\n\r\n");
+    send_all(big, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 999999\r\n\r\n");
     const int half = connect_client();
-    send_all(half, "POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{");  // never finished
+    send_all(half, "POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n{");  // never finished
 
     const int good = connect_client();
     std::string buffer;
