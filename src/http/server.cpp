@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/check.h"
 #include "core/log.h"
@@ -26,6 +27,10 @@ namespace osprey::http {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Longest stretch of job pumping per pass of the loop: what a socket event (a /health probe, a new
+// request) can wait behind busy streams. The rest of the woken connections are woken again.
+constexpr auto kPumpSlice = std::chrono::milliseconds(2);
 
 constexpr uint64_t kListenTag = 0;
 constexpr uint64_t kNotifyTag = UINT64_MAX;
@@ -235,11 +240,27 @@ void HttpServer::run() {
                 drain_eventfd(stop_fd_);
             } else if (tag == kNotifyTag) {
                 drain_eventfd(notifier_->fd());
-                for (uint64_t id : notifier_->take()) {
+                // Each woken connection once per pass (engine streams wake it per token), for at most
+                // kPumpSlice: with hundreds of streaming clients an unbounded pass held /health for
+                // seconds in the soak test.
+                const std::vector<uint64_t> ids = notifier_->take();
+                const auto pass_end = Clock::now() + kPumpSlice;
+                std::unordered_set<uint64_t> seen;
+                for (size_t i = 0; i < ids.size(); ++i) {
+                    const uint64_t id = ids[i];
+                    if (!seen.insert(id).second) continue;
+                    if (Clock::now() >= pass_end) {
+                        for (size_t j = i; j < ids.size(); ++j)
+                            if (j == i || seen.insert(ids[j]).second) notifier_->wake(ids[j]);
+                        break;
+                    }
                     auto it = connections_.find(id);
                     if (it == connections_.end()) continue;
                     Connection& c = *it->second;
-                    if (c.job) pump_job(c);
+                    // A paused stream's events wait in its engine stream until the client reads again
+                    // (flush() resumes it); draining them here would format up to max_output_bytes of
+                    // SSE on this thread for nobody (the soak test's non-readers stalled /health seconds).
+                    if (c.job && !c.job_paused) pump_job(c);
                     if (c.dead) close_connection(id);
                 }
             } else {

@@ -76,7 +76,7 @@ http::AsyncJob::Progress GenerationJob::poll() {
     // At most kEventsPerPoll events per call (the loop comes back for the rest: Progress::more), so
     // one busy request neither stalls the loop nor builds an unbounded chunk before backpressure
     // can act on it.
-    constexpr int kEventsPerPoll = 256;
+    constexpr int kEventsPerPoll = 64;  // ~1-5 ms of formatting with 20 top logprobs per token
     int n_events = 0;
     for (size_t i = 0; i < streams_.size(); ++i) {
         while (n_events < kEventsPerPoll) {
