@@ -356,13 +356,15 @@ INSTANTIATE_TEST_SUITE_P(Cpu, EngineLayouts,
                          });
 
 // Routing between DP groups through the engine: two unrelated requests go to the two groups (least
-// load); after both finish, a follow-up of the second hits its prefix, so it must go to group 1 even
-// though both groups are idle (a tie that load alone gives to group 0), and one of the first to group 0.
+// load: with one running sequence per group, both run at once only if they are in different groups);
+// after both finish, a follow-up of the second hits its prefix, so it must go to group 1 even though
+// both groups are idle (a tie that load alone gives to group 0, where it would miss), and one of the
+// first to group 0.
 TEST(ParallelRunner, EngineRoutesByPrefixThenLoad) {
     auto m = make({1, 1, 2});
     engine::EngineOptions o;
     o.page_size = 8;
-    o.max_num_seqs = 4;
+    o.max_num_seqs = 1;
     o.max_kv_tokens = 512;
     o.check_invariants = true;
     engine::Engine e(*m, o);
@@ -380,7 +382,7 @@ TEST(ParallelRunner, EngineRoutesByPrefixThenLoad) {
     submit(b);
     e.step();
     engine::EngineStats s = e.stats();
-    EXPECT_EQ(s.n_running, 2);  // one per group: either alone would take both, max_batch_tokens permitting
+    EXPECT_EQ(s.n_running, 2);  // one per group
     e.run_until_idle();
     const uint64_t hits0 = e.stats().n_prefix_hit_tokens;
     std::vector<int32_t> b2 = b;
