@@ -55,6 +55,7 @@ int32_t prefill(model::ModelRunner& runner, Seq& s, const std::vector<int32_t>& 
         sl.window_first = s.window_first;
         sl.pages = s.pages;
         sl.want_logits = i + size_t(n) == tokens.size();
+        sl.dp_group = s.dp_group;
         b.slices.push_back(std::move(sl));
         runner.forward(b);
         s.pos += n;
@@ -77,9 +78,10 @@ struct DecodePlan {
     int steps_total = 0;       // decode steps every sequence may take over all batch sizes
 };
 
-DecodePlan plan_decode(const DecodeOptions& o, int context) {
+// One data-parallel group's cache: the sequences are spread over the groups (i % dp).
+DecodePlan plan_decode(const DecodeOptions& o, int context, int dp_groups) {
     DecodePlan p;
-    const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+    const int max_batch = ceil_div(*std::max_element(o.batches.begin(), o.batches.end()), dp_groups);
     p.steps_total = (o.warmup + o.steps) * int(o.batches.size());
     if (o.fill != KvFill::shared) {
         p.private_pages = ceil_div(int64_t(context) + p.steps_total, o.page_size);
@@ -192,7 +194,7 @@ std::vector<PrefillRow> run_prefill(model::ModelRunner& runner, const PrefillOpt
 }
 
 size_t decode_kv_bytes(const model::ModelRunner& runner, const DecodeOptions& o, int context) {
-    const DecodePlan p = plan_decode(o, context);
+    const DecodePlan p = plan_decode(o, context, runner.dp_groups());
     return model::kv_layout_for(runner, o.page_size, p.n_pages, p.n_slots).bytes();
 }
 
@@ -200,28 +202,34 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
                                               uint64_t seed) {
     const model::Config& c = runner.config();
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
-    const DecodePlan plan = plan_decode(o, context);
+    const int dp = runner.dp_groups();
+    const int per_group = ceil_div(max_batch, dp);  // sequences in one group's cache
+    const DecodePlan plan = plan_decode(o, context, dp);
     const model::KvLayout layout = model::kv_layout_for(runner, o.page_size, plan.n_pages, plan.n_slots);
     runner.allocate_kv(layout);
     std::mt19937_64 rng(seed);
     std::vector<Seq> seqs(static_cast<size_t>(max_batch));
+    for (int i = 0; i < max_batch; ++i) seqs[size_t(i)].dp_group = i % dp;
     if (o.fill != KvFill::shared) {
         for (int i = 0; i < max_batch; ++i) {
             Seq& s = seqs[size_t(i)];
-            s.slot = i;
-            for (int p = 0; p < plan.private_pages; ++p) s.pages.push_back(i * plan.private_pages + p);
-            if (o.fill == KvFill::prefill || i == 0) {
+            const int j = i / dp;  // index in its group
+            s.slot = j;
+            for (int p = 0; p < plan.private_pages; ++p) s.pages.push_back(j * plan.private_pages + p);
+            if (o.fill == KvFill::prefill || j == 0) {
                 s.prompt = random_tokens(rng, c, context);
                 s.last = prefill(runner, s, s.prompt, o.chunk);
                 continue;
             }
-            const Seq& first = seqs[0];  // copy mode: sequence 0's K/V into this sequence's pages and ring
+            // copy mode: the first sequence of the group's K/V into this sequence's pages and ring
+            const Seq& first = seqs[size_t(s.dp_group)];
             const size_t n_prompt_pages = size_t(ceil_div(context, o.page_size));
             model::KvCopy copy;
             copy.src_pages.assign(first.pages.begin(), first.pages.begin() + long(n_prompt_pages));
             copy.dst_pages.assign(s.pages.begin(), s.pages.begin() + long(n_prompt_pages));
             copy.src_slot = first.slot;
             copy.dst_slot = s.slot;
+            copy.dp_group = s.dp_group;
             runner.copy_kv(model::plan_kv_copy(copy, layout));
             s.prompt = first.prompt;
             s.window_first = first.window_first;
@@ -233,19 +241,21 @@ std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const 
         const std::vector<int32_t> common = random_tokens(rng, c, shared_len);
         std::vector<int32_t> shared_pages;
         for (int p = 0; p < plan.n_shared_pages; ++p) shared_pages.push_back(p);
-        if (shared_len > 0) {
-            Seq writer;  // writes the shared pages' full-layer K/V once, with a slot of its own
-            writer.slot = max_batch;
+        for (int g = 0; g < dp && shared_len > 0 && g < max_batch; ++g) {
+            Seq writer;  // writes the shared pages' full-layer K/V once per group, with a slot of its own
+            writer.slot = per_group;
             writer.pages = shared_pages;
+            writer.dp_group = g;
             prefill(runner, writer, common, o.chunk);
         }
         const int replay = std::min(shared_len, layout.spec.window_replay());
         for (int i = 0; i < max_batch; ++i) {
             Seq& s = seqs[size_t(i)];
-            s.slot = i;
+            const int j = i / dp;
+            s.slot = j;
             s.pages = shared_pages;
             for (int p = 0; p < plan.private_pages; ++p)
-                s.pages.push_back(plan.n_shared_pages + i * plan.private_pages + p);
+                s.pages.push_back(plan.n_shared_pages + j * plan.private_pages + p);
             std::vector<int32_t> tokens(common.end() - replay, common.end());
             const std::vector<int32_t> tail = random_tokens(rng, c, context - shared_len);
             tokens.insert(tokens.end(), tail.begin(), tail.end());
@@ -297,7 +307,7 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
                      " MiB of KV cache, the backend offers ", runner.kv_budget_bytes() >> 20, " MiB",
                      o.fill == KvFill::shared ? "; try smaller batches" : "; try --kv-fill shared or smaller batches");
         const int max_batch = o.batches.back();
-        const DecodePlan plan = plan_decode(o, context);
+        const DecodePlan plan = plan_decode(o, context, runner.dp_groups());
         OSPREY_CHECK(int64_t(context) + plan.steps_total < c.max_position, "context ", context, " + ", plan.steps_total,
                      " decode steps exceeds the model's ", c.max_position, " positions");
         const auto t_fill = Clock::now();
@@ -322,6 +332,7 @@ DecodeResults run_decode(model::ModelRunner& runner, const DecodeOptions& option
                     sl.window_slot = s.slot;
                     sl.window_first = s.window_first;
                     sl.pages = s.pages;
+                    sl.dp_group = s.dp_group;
                     b.slices.push_back(std::move(sl));
                     b.tokens.push_back(s.last);
                     pos_sum += s.pos + 1;  // the new token attends to pos + 1 rows

@@ -111,10 +111,13 @@ struct DecodeSequence {
     int window_first = 0;         // first position the ring holds (SequenceSlice::window_first)
     int pos = 0;                  // positions [0, pos) are in the cache
     int32_t last = 0;             // the token to feed next (greedy after the prompt)
+    int dp_group = 0;             // data-parallel group whose cache holds it (sequence i: i % dp_groups)
 };
 
 // The cache fill of run_decode for one context length (exposed for tests): allocates the KV layout
-// and fills max(batches) sequences as o.fill says, from random prompts seeded by `seed`.
+// and fills max(batches) sequences as o.fill says, from random prompts seeded by `seed`. With data
+// parallelism (runner.dp_groups() > 1) sequence i lives in group i % dp, at index i / dp of that
+// group's cache (every group has the layout of ceil(max(batches) / dp) sequences; KV summed over groups).
 std::vector<DecodeSequence> fill_decode_cache(model::ModelRunner& runner, const DecodeOptions& o, int context,
                                               uint64_t seed);
 

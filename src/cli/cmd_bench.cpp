@@ -60,7 +60,9 @@ constexpr const char* kHelp =
     "Without --model, the built-in tiny model (random weights) is used. --gpu-price is USD per\n"
     "GPU-hour (times the GPUs of the layout: max(tp, ep) x dp). --tp/--ep/--dp above 1 run on the CPU\n"
     "backend (one thread per rank; --threads is shared out over the ranks); the CUDA backend runs\n"
-    "only 1 for now. --out PREFIX writes PREFIX.json and PREFIX.md (default osprey-bench-<command>).\n";
+    "only 1 for now. With --dp N, decode spreads its sequences over the N groups' caches (sequence i in\n"
+    "group i mod N); a prefill is one request, run by one group. --out PREFIX writes PREFIX.json and\n"
+    "PREFIX.md (default osprey-bench-<command>).\n";
 
 std::vector<int> parse_int_list(const std::string& flag, const std::string& text) {
     std::vector<int> out;

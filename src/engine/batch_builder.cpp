@@ -4,42 +4,52 @@
 namespace osprey::engine {
 
 model::ForwardBatch build_forward_batch(const StepPlan& plan) {
+    return build_forward_batch(std::span(&plan, 1));
+}
+
+model::ForwardBatch build_forward_batch(std::span<const StepPlan> plans) {
     model::ForwardBatch batch;
-    batch.tokens.reserve(size_t(plan.n_tokens()));
-    batch.slices.reserve(plan.chunks.size());
-    for (const ScheduledChunk& c : plan.chunks) {
-        model::SequenceSlice s;
-        s.first_token = int32_t(batch.tokens.size());
-        s.n_tokens = c.n_tokens;
-        s.start_pos = c.start_pos;
-        s.n_full_kv_cached = c.n_full_kv_cached;
-        s.window_slot = c.seq->window_slot;
-        s.window_first = c.window_first;
-        s.pages = c.seq->pages;
-        s.want_logits = c.want_logits;
-        batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start_pos,
-                            c.seq->tokens.begin() + c.start_pos + c.n_tokens);
-        batch.slices.push_back(std::move(s));
-    }
+    for (const StepPlan& plan : plans)
+        for (const ScheduledChunk& c : plan.chunks) {
+            model::SequenceSlice s;
+            s.first_token = int32_t(batch.tokens.size());
+            s.n_tokens = c.n_tokens;
+            s.start_pos = c.start_pos;
+            s.n_full_kv_cached = c.n_full_kv_cached;
+            s.window_slot = c.seq->window_slot;
+            s.window_first = c.window_first;
+            s.pages = c.seq->pages;
+            s.want_logits = c.want_logits;
+            s.dp_group = plan.dp_group;
+            batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start_pos,
+                                c.seq->tokens.begin() + c.start_pos + c.n_tokens);
+            batch.slices.push_back(std::move(s));
+        }
     return batch;
 }
 
 void build_sampling_rows(const StepPlan& plan, std::vector<SamplingParams>& params,
                          std::vector<SamplingState>& states) {
+    build_sampling_rows(std::span(&plan, 1), params, states);
+}
+
+void build_sampling_rows(std::span<const StepPlan> plans, std::vector<SamplingParams>& params,
+                         std::vector<SamplingState>& states) {
     params.clear();
     states.clear();
-    for (const ScheduledChunk& c : plan.chunks) {
-        if (!c.want_logits) continue;
-        const Sequence& seq = *c.seq;
-        params.push_back(seq.params);
-        SamplingState st;
-        st.prompt_tokens = seq.tokens.data();
-        st.n_prompt_tokens = seq.n_prompt();
-        st.output_tokens = seq.tokens.data() + seq.n_prompt();
-        st.n_output_tokens = seq.n_output();
-        st.step = uint64_t(seq.n_output());
-        states.push_back(st);
-    }
+    for (const StepPlan& plan : plans)
+        for (const ScheduledChunk& c : plan.chunks) {
+            if (!c.want_logits) continue;
+            const Sequence& seq = *c.seq;
+            params.push_back(seq.params);
+            SamplingState st;
+            st.prompt_tokens = seq.tokens.data();
+            st.n_prompt_tokens = seq.n_prompt();
+            st.output_tokens = seq.tokens.data() + seq.n_prompt();
+            st.n_output_tokens = seq.n_output();
+            st.step = uint64_t(seq.n_output());
+            states.push_back(st);
+        }
 }
 
 }  // namespace osprey::engine

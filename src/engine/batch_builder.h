@@ -1,6 +1,7 @@
 // Turns a StepPlan into the backend's ragged batch and the sampler's per-row inputs.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "core/sampling.h"
@@ -9,10 +10,15 @@
 
 namespace osprey::engine {
 
+// The plans of one step (one per data-parallel group), back to back in the order given; each
+// slice carries its plan's dp_group.
+model::ForwardBatch build_forward_batch(std::span<const StepPlan> plans);
 model::ForwardBatch build_forward_batch(const StepPlan& plan);
 
-// One row per chunk with want_logits, in chunk order. The states point into the sequences'
-// token vectors, valid until the plan is committed.
+// One row per chunk with want_logits, in chunk order (plan after plan). The states point into the
+// sequences' token vectors, valid until the plans are committed.
+void build_sampling_rows(std::span<const StepPlan> plans, std::vector<SamplingParams>& params,
+                         std::vector<SamplingState>& states);
 void build_sampling_rows(const StepPlan& plan, std::vector<SamplingParams>& params, std::vector<SamplingState>& states);
 
 }  // namespace osprey::engine

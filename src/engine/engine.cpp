@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/batch_builder.h"
+#include "engine/dp_router.h"
 
 namespace osprey::engine {
 
@@ -52,7 +53,10 @@ KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
 
 Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runner), options_(options) {
     const model::Config& c = runner.config();
-    kv_plan_ = plan_kv_cache(runner, options_);
+    const int n_groups = runner.dp_groups();
+    OSPREY_CHECK(n_groups >= 1, "engine: the backend reports ", n_groups, " data-parallel groups");
+    kv_plan_ = plan_kv_cache(runner, options_);  // one group's cache; every group has the same
+    // A sequence lives in one group: its length is bounded by one group's cache.
     const int64_t capacity = int64_t(kv_plan_.layout.n_pages) * options_.page_size;
     max_model_len_ = options_.max_model_len > 0 ? options_.max_model_len : c.max_position;
     OSPREY_CHECK(max_model_len_ <= c.max_position, "max_model_len ", max_model_len_, " exceeds the model's ",
@@ -62,41 +66,48 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
                   " tokens, all the KV cache holds; longer requests are refused");
         max_model_len_ = int(capacity);
     }
-    runner_.allocate_kv(kv_plan_.layout);
+    runner_.allocate_kv(kv_plan_.layout);  // every group's cache
     const model::KvSpec& spec = kv_plan_.layout.spec;
-    log::info("engine: KV cache (", model::kv_dtype_name(spec.dtype()), ") of ", kv_plan_.layout.n_pages, " pages x ",
-              options_.page_size, " tokens = ", capacity, " tokens (",
-              mib(double(kv_plan_.layout.n_pages) * double(spec.bytes_per_page())), " MiB) + ", options_.max_num_seqs,
-              " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
-              mib(double(spec.bytes_per_window_slot()) * kv_plan_.layout.n_window_slots), " MiB); window slots save ",
-              mib(double(kv_plan_.window_saved_bytes)), " MiB against paging the sliding layers; max_model_len ",
-              max_model_len_);
+    const std::string groups =
+        n_groups > 1 ? std::to_string(n_groups) + " data-parallel groups, each with " : std::string();
+    log::info("engine: KV cache (", model::kv_dtype_name(spec.dtype()), ") of ", groups, kv_plan_.layout.n_pages,
+              " pages x ", options_.page_size, " tokens = ", capacity, " tokens (",
+              mib(double(kv_plan_.layout.n_pages) * double(spec.bytes_per_page())), " MiB per rank) + ",
+              options_.max_num_seqs, " window slots + ", kv_plan_.n_snapshot_slots, " for saved rings (",
+              mib(double(spec.bytes_per_window_slot()) * kv_plan_.layout.n_window_slots), " MiB); ",
+              n_groups > 1 ? std::to_string(capacity * n_groups) + " tokens in all; " : std::string(),
+              "window slots save ", mib(double(kv_plan_.window_saved_bytes)),
+              " MiB against paging the sliding layers; max_model_len ", max_model_len_);
 
     limits_.vocab_size = c.vocab_size;
     limits_.max_model_len = max_model_len_;
     limits_.max_n = options_.max_n;
     limits_.max_top_logprobs = options_.max_top_logprobs;
 
-    kv_ = std::make_unique<KvCacheManager>(kv_plan_.layout.n_pages, options_.page_size, options_.max_num_seqs,
-                                           options_.enable_prefix_caching, kv_plan_.n_snapshot_slots);
     SchedulerOptions so;
     so.max_num_seqs = options_.max_num_seqs;
     so.max_batch_tokens = options_.max_batch_tokens;
     so.window_replay = spec.window_replay();
     so.admission_reserve_pages = kv_plan_.layout.n_pages / 100;
-    scheduler_ = std::make_unique<Scheduler>(so, *kv_);
-    stats_.n_pages = kv_plan_.layout.n_pages;
-    stats_.n_free_pages = kv_plan_.layout.n_pages;
+    for (int g = 0; g < n_groups; ++g) {
+        kv_.push_back(std::make_unique<KvCacheManager>(kv_plan_.layout.n_pages, options_.page_size,
+                                                       options_.max_num_seqs, options_.enable_prefix_caching,
+                                                       kv_plan_.n_snapshot_slots));
+        schedulers_.push_back(std::make_unique<Scheduler>(so, *kv_.back()));
+    }
+    stats_.n_pages = kv_plan_.layout.n_pages * n_groups;
+    stats_.n_free_pages = stats_.n_pages;
     stats_.page_size = options_.page_size;
     stats_.max_model_len = max_model_len_;
-    stats_.kv_capacity_tokens = capacity;
+    stats_.dp_groups = n_groups;
+    stats_.kv_capacity_tokens = capacity * n_groups;
 }
 
 Engine::~Engine() {
     stop();
     std::lock_guard step(step_mu_);
     take_incoming();
-    std::vector<SeqOutput> outputs = scheduler_->finish_all(FinishReason::abort, "");
+    std::vector<SeqOutput> outputs = finish_all(FinishReason::abort, "");
     publish(outputs);
     for (auto& s : active_) s->set_cancel_hook(nullptr);
 }
@@ -154,7 +165,7 @@ void Engine::take_incoming() {
         info->n_prompt = int(r.prompt.size());
         std::vector<SamplingParams> params(size_t(r.n), r.sampling);
         for (int i = 0; i < r.n; ++i) params[size_t(i)].seed = sample_seed(r.sampling.seed, i);
-        scheduler_->add_request(std::move(info), r.prompt, params);
+        schedulers_[size_t(route(r.prompt))]->add_request(std::move(info), r.prompt, params);
         active_.push_back(stream);
     }
 }
@@ -163,8 +174,11 @@ void Engine::apply_cancels() {
     std::vector<SeqOutput> outputs;
     for (auto& s : active_) {
         if (!s->cancel_requested() || s->finished()) continue;
-        std::vector<SeqOutput> aborted = scheduler_->abort_request(s->uid());
-        outputs.insert(outputs.end(), std::make_move_iterator(aborted.begin()), std::make_move_iterator(aborted.end()));
+        for (auto& scheduler : schedulers_) {
+            std::vector<SeqOutput> aborted = scheduler->abort_request(s->uid());
+            outputs.insert(outputs.end(), std::make_move_iterator(aborted.begin()),
+                           std::make_move_iterator(aborted.end()));
+        }
     }
     if (!outputs.empty()) publish(outputs);
 }
@@ -174,8 +188,9 @@ void Engine::release_paused() {
     for (auto& s : active_) {
         if (!s->paused() || std::chrono::duration<double>(now - s->paused_since()).count() < options_.paused_release_s)
             continue;
-        if (const int n = scheduler_->preempt_request(s->uid()); n > 0)
-            log::debug("engine: request ", s->id(), " paused by its consumer; ", n, " sequences preempted");
+        for (auto& scheduler : schedulers_)
+            if (const int n = scheduler->preempt_request(s->uid()); n > 0)
+                log::debug("engine: request ", s->id(), " paused by its consumer; ", n, " sequences preempted");
     }
 }
 
@@ -194,63 +209,114 @@ void Engine::publish(std::vector<SeqOutput>& outputs) {
     n_live_ = int(active_.size() + incoming_.size());
 }
 
+int Engine::route(const std::vector<int32_t>& prompt) const {
+    if (schedulers_.size() == 1) return 0;
+    // A hit covers whole pages and leaves the last token to compute (as at admission).
+    const int max_pages = (int(prompt.size()) - 1) / options_.page_size;
+    std::vector<DpCandidate> groups(schedulers_.size());
+    for (size_t g = 0; g < groups.size(); ++g)
+        groups[g] = {kv_[g]->prefix_hit_tokens(prompt, max_pages), schedulers_[g]->load_tokens()};
+    return pick_dp_group(groups);
+}
+
+std::vector<SeqOutput> Engine::finish_all(FinishReason reason, const std::string& error) {
+    std::vector<SeqOutput> outputs;
+    for (auto& scheduler : schedulers_) {
+        std::vector<SeqOutput> done = scheduler->finish_all(reason, error);
+        outputs.insert(outputs.end(), std::make_move_iterator(done.begin()), std::make_move_iterator(done.end()));
+    }
+    return outputs;
+}
+
 void Engine::update_stats() {
-    const SchedulerCounters& k = scheduler_->counters();
     std::lock_guard lock(mu_);
-    stats_.n_waiting = scheduler_->n_waiting();
-    stats_.n_running = scheduler_->n_running();
-    stats_.n_paused = scheduler_->n_paused();
-    stats_.n_free_pages = kv_->n_free_pages();
-    stats_.n_cached_pages = kv_->n_cached_pages();
-    stats_.n_steps = n_steps_;
-    stats_.n_prefill_tokens = k.n_prefill_tokens;
-    stats_.n_decode_tokens = k.n_decode_tokens;
-    stats_.n_prefix_hit_tokens = k.n_prefix_hit_tokens;
-    stats_.n_forked_tokens = k.n_forked_tokens;
-    stats_.n_window_restores = k.n_window_restores;
-    stats_.n_preemptions = k.n_preemptions;
-    stats_.n_finished = k.n_finished;
-    stats_.n_generated_tokens = k.n_generated_tokens;
+    EngineStats& s = stats_;
+    s.n_waiting = s.n_running = s.n_paused = s.n_free_pages = s.n_cached_pages = 0;
+    s.n_prefill_tokens = s.n_decode_tokens = s.n_prefix_hit_tokens = s.n_forked_tokens = 0;
+    s.n_window_restores = s.n_preemptions = s.n_finished = s.n_generated_tokens = 0;
+    for (size_t g = 0; g < schedulers_.size(); ++g) {
+        const Scheduler& sc = *schedulers_[g];
+        const SchedulerCounters& k = sc.counters();
+        s.n_waiting += sc.n_waiting();
+        s.n_running += sc.n_running();
+        s.n_paused += sc.n_paused();
+        s.n_free_pages += kv_[g]->n_free_pages();
+        s.n_cached_pages += kv_[g]->n_cached_pages();
+        s.n_prefill_tokens += k.n_prefill_tokens;
+        s.n_decode_tokens += k.n_decode_tokens;
+        s.n_prefix_hit_tokens += k.n_prefix_hit_tokens;
+        s.n_forked_tokens += k.n_forked_tokens;
+        s.n_window_restores += k.n_window_restores;
+        s.n_preemptions += k.n_preemptions;
+        s.n_finished += k.n_finished;
+        s.n_generated_tokens += k.n_generated_tokens;
+    }
+    s.n_steps = n_steps_;
 }
 
 bool Engine::step_once() {
     take_incoming();
     apply_cancels();
-    if (scheduler_->idle()) {
+    const bool idle = std::all_of(schedulers_.begin(), schedulers_.end(), [](const auto& s) { return s->idle(); });
+    if (idle) {
         update_stats();
         return false;
     }
 
     release_paused();
-    StepPlan plan = scheduler_->schedule();
-    if (plan.empty() && scheduler_->n_paused() > 0) {  // everything left is paused (or waits behind it)
-        update_stats();
-        return false;
+    // Every group plans within its own budget and cache; one forward runs them all (the backend
+    // splits the batch by dp_group).
+    std::vector<StepPlan> plans(schedulers_.size());
+    bool any = false;
+    for (size_t g = 0; g < plans.size(); ++g) {
+        plans[g] = schedulers_[g]->schedule();
+        plans[g].dp_group = int(g);
+        any = any || !plans[g].empty();
     }
-    OSPREY_CHECK(!plan.empty(), "engine: ", scheduler_->n_waiting(), " waiting requests cannot be scheduled");
+    if (!any) {
+        int n_waiting = 0, n_paused = 0;
+        for (const auto& s : schedulers_) n_waiting += s->n_waiting(), n_paused += s->n_paused();
+        if (n_paused > 0) {  // everything left is paused (or waits behind it)
+            update_stats();
+            return false;
+        }
+        OSPREY_FAIL("engine: ", n_waiting, " waiting requests cannot be scheduled");
+    }
     std::vector<SeqOutput> outputs;
     try {
         // Forks and saved rings, before the step writes.
-        for (const model::KvCopy& copy : plan.copies) runner_.copy_kv(model::plan_kv_copy(copy, kv_plan_.layout));
-        const model::ForwardBatch batch = build_forward_batch(plan);
+        for (const StepPlan& plan : plans)
+            for (model::KvCopy copy : plan.copies) {
+                copy.dp_group = plan.dp_group;
+                runner_.copy_kv(model::plan_kv_copy(copy, kv_plan_.layout));
+            }
+        const model::ForwardBatch batch = build_forward_batch(plans);
         runner_.forward(batch);
         std::vector<SamplingParams> params;
         std::vector<SamplingState> states;
-        build_sampling_rows(plan, params, states);
+        build_sampling_rows(plans, params, states);
         std::vector<SampleResult> results(params.size());
         if (!params.empty()) runner_.sample(params, states, results);
         for (const SampleResult& r : results)
             OSPREY_CHECK(r.token >= 0 && r.token < runner_.config().vocab_size, "sampler returned token ", r.token);
-        outputs = scheduler_->commit(plan, results);
+        size_t row = 0;  // the groups' rows are back to back, in group order
+        for (size_t g = 0; g < plans.size(); ++g) {
+            const size_t n = size_t(plans[g].n_logit_rows());
+            std::vector<SeqOutput> out = schedulers_[g]->commit(plans[g], std::span(results).subspan(row, n));
+            row += n;
+            outputs.insert(outputs.end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
+        }
     } catch (const std::exception& e) {
         // A failed step leaves the backend's KV in an unknown state: end every request with the
         // error (the HTTP layer reports it) and keep serving new ones.
         log::error("engine: step failed: ", e.what());
-        outputs = scheduler_->finish_all(FinishReason::error, e.what());
+        std::vector<SeqOutput> failed = finish_all(FinishReason::error, e.what());
+        outputs.insert(outputs.end(), std::make_move_iterator(failed.begin()), std::make_move_iterator(failed.end()));
     }
     publish(outputs);
     ++n_steps_;
-    if (options_.check_invariants) scheduler_->check_invariants();
+    if (options_.check_invariants)
+        for (const auto& scheduler : schedulers_) scheduler->check_invariants();
 
     update_stats();
     return true;
@@ -309,7 +375,7 @@ void Engine::loop() {
             busy = step_once();
         } catch (const std::exception& e) {
             log::error("engine: ", e.what());
-            std::vector<SeqOutput> outputs = scheduler_->finish_all(FinishReason::error, e.what());
+            std::vector<SeqOutput> outputs = finish_all(FinishReason::error, e.what());
             publish(outputs);
             busy = false;
         }

@@ -1,7 +1,10 @@
 // The engine: turns requests (token ids + sampling parameters) into streams of generated tokens,
 // running one model backend (ModelRunner) from one engine thread. It owns admission, the scheduler
 // (continuous batching, chunked prefill, preemption), the paged KV cache with prefix caching, and
-// sampling. Tests: tests/engine/test_engine*.cpp (fake runner) and test_engine_cpu_reference.cpp.
+// sampling. With attention data parallelism (ModelRunner::dp_groups() > 1) it keeps one KV cache
+// manager and one scheduler per group, routes each request to a group on arrival (longest prefix
+// hit, then least load: engine/dp_router.h) and runs every group's plan in one forward step. Tests:
+// tests/engine/test_engine*.cpp (fake runner) and test_engine_cpu_reference.cpp.
 //
 // Use:
 //   Engine engine(runner, EngineOptions{});
@@ -47,17 +50,22 @@ struct EngineOptions {
     double paused_release_s = 5.0;
 };
 
+// With data parallelism (ModelRunner::dp_groups() > 1) the cache options hold per group: every
+// group gets the cache they size (max_kv_tokens, max_num_seqs slots) and plans up to max_batch_tokens
+// of its own per step, so a step's forward carries up to dp_groups · max_batch_tokens tokens.
+
 // Counters for logs, /metrics and tests; a consistent snapshot taken between steps.
 struct EngineStats {
     int n_waiting = 0;       // sequences waiting (new or preempted)
     int n_running = 0;       // sequences holding a window slot and pages
     int n_paused = 0;        // sequences (running or waiting) whose consumer paused them
-    int n_pages = 0;         // pages in the KV cache
+    int n_pages = 0;         // pages in the KV cache (all groups)
     int n_free_pages = 0;    // pages with no reference
     int n_cached_pages = 0;  // pages indexed by the prefix cache (some may also be in use)
     int page_size = 0;
     int max_model_len = 0;
-    int64_t kv_capacity_tokens = 0;  // n_pages * page_size
+    int dp_groups = 1;               // data-parallel groups, each with its own cache of n_pages / dp_groups
+    int64_t kv_capacity_tokens = 0;  // n_pages * page_size (summed over the groups)
     uint64_t n_steps = 0;
     uint64_t n_prefill_tokens = 0;  // tokens run through forward as prefill (replays included)
     uint64_t n_decode_tokens = 0;
@@ -105,7 +113,8 @@ public:
 
     EngineStats stats() const;
     int max_model_len() const { return max_model_len_; }
-    const KvPlan& kv_plan() const { return kv_plan_; }
+    const KvPlan& kv_plan() const { return kv_plan_; }  // of one data-parallel group (each has the same)
+    int dp_groups() const { return int(schedulers_.size()); }
     const model::ModelRunner& runner() const { return runner_; }
 
 private:
@@ -116,6 +125,8 @@ private:
     void apply_cancels();
     void release_paused();
     void update_stats();
+    int route(const std::vector<int32_t>& prompt) const;  // the DP group for a new request
+    std::vector<SeqOutput> finish_all(FinishReason reason, const std::string& error);
 
     model::ModelRunner& runner_;
     const EngineOptions options_;
@@ -123,8 +134,9 @@ private:
     int max_model_len_ = 0;
     RequestLimits limits_;
 
-    std::unique_ptr<KvCacheManager> kv_;
-    std::unique_ptr<Scheduler> scheduler_;  // touched only by the stepping thread (under step_mu_)
+    // One per data-parallel group; touched only by the stepping thread (under step_mu_).
+    std::vector<std::unique_ptr<KvCacheManager>> kv_;
+    std::vector<std::unique_ptr<Scheduler>> schedulers_;
     std::mutex step_mu_;
     std::vector<std::shared_ptr<RequestStream>> active_;  // streams with unfinished samples (stepping thread)
 

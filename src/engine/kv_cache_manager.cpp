@@ -74,6 +74,11 @@ std::vector<PageId> KvCacheManager::match_prefix(std::span<const int32_t> tokens
     return pages;
 }
 
+int KvCacheManager::prefix_hit_tokens(std::span<const int32_t> tokens, int max_pages) const {
+    if (!prefix_caching_ || max_pages <= 0) return 0;
+    return prefix_.count_match(tokens, max_pages) * page_size_;
+}
+
 uint64_t KvCacheManager::offer_page(PageId page, uint64_t parent, std::span<const int32_t> tokens) {
     const uint64_t key = PrefixCache::chain_hash(parent, tokens);
     if (!prefix_caching_ || prefix_.contains(page)) return key;

@@ -51,6 +51,9 @@ public:
     // Cached pages holding tokens[0, n * page_size) for the largest n <= max_pages, each with one
     // new reference for the caller; `keys` gets their chain keys. Empty when caching is off.
     std::vector<PageId> match_prefix(std::span<const int32_t> tokens, int max_pages, std::vector<uint64_t>& keys);
+    // Tokens match_prefix() would hit now (whole pages, at most max_pages), without taking or
+    // touching anything: what routing between data-parallel groups compares. 0 when caching is off.
+    int prefix_hit_tokens(std::span<const int32_t> tokens, int max_pages) const;
     // Offers a full, written page to the prefix cache (the caller keeps its own reference).
     // Returns the page's key; nothing is cached when caching is off or the key is already taken.
     uint64_t offer_page(PageId page, uint64_t parent, std::span<const int32_t> tokens);

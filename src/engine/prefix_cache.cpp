@@ -62,6 +62,21 @@ std::vector<PageId> PrefixCache::match(std::span<const int32_t> tokens, int max_
     return pages;
 }
 
+int PrefixCache::count_match(std::span<const int32_t> tokens, int max_pages) const {
+    uint64_t parent = kRootHash;
+    int n = 0;
+    for (; n < max_pages && size_t(n + 1) * size_t(page_size_) <= tokens.size(); ++n) {
+        const auto page_tokens = tokens.subspan(size_t(n) * size_t(page_size_), size_t(page_size_));
+        const uint64_t key = chain_hash(parent, page_tokens);
+        const auto it = by_hash_.find(key);
+        if (it == by_hash_.end() || it->second.parent != parent ||
+            !std::equal(page_tokens.begin(), page_tokens.end(), it->second.tokens.begin()))
+            break;
+        parent = key;
+    }
+    return n;
+}
+
 bool PrefixCache::insert(uint64_t key, uint64_t parent, std::span<const int32_t> tokens, PageId page) {
     OSPREY_CHECK(int(tokens.size()) == page_size_, "prefix cache pages hold ", page_size_, " tokens, got ",
                  tokens.size());

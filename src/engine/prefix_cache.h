@@ -31,6 +31,8 @@ public:
     // The longest run of indexed pages holding tokens[0, n * page_size), n <= max_pages, with their
     // keys. Marks them used (LRU). Does not take references.
     std::vector<PageId> match(std::span<const int32_t> tokens, int max_pages, std::vector<uint64_t>& keys);
+    // How many pages match() would return, touching nothing (routing a request between caches).
+    int count_match(std::span<const int32_t> tokens, int max_pages) const;
 
     // Indexes `page` as the page after `parent` holding `tokens` (page_size of them), under key
     // `key` (= chain_hash(parent, tokens)). False when the key is already indexed (the same prefix

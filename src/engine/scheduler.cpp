@@ -52,6 +52,12 @@ void Scheduler::add_request(std::shared_ptr<const RequestInfo> request, const st
     }
 }
 
+int64_t Scheduler::load_tokens() const {
+    int64_t n = 0;
+    for (const auto& [uid, seq] : seqs_) n += seq->n_tokens();
+    return n;
+}
+
 Sequence* Scheduler::leader_of(const Sequence& seq) const {
     if (seq.leader_uid == 0) return nullptr;
     const auto it = seqs_.find(seq.leader_uid);

@@ -79,6 +79,9 @@ public:
     bool idle() const { return waiting_.empty() && running_.empty(); }
     int n_waiting() const { return int(waiting_.size()); }
     int n_running() const { return int(running_.size()); }
+    // Tokens of every live sequence (prompt and output so far), running or waiting: the KV this
+    // scheduler's cache holds or will hold for them. What routing between DP groups balances.
+    int64_t load_tokens() const;
     const SchedulerCounters& counters() const { return counters_; }
     const KvCacheManager& kv() const { return kv_; }
 

@@ -22,10 +22,16 @@ struct StepPlan {
     std::vector<ScheduledChunk> chunks;  // decodes first, then prefill chunks
     // K/V copies to run before the forward: samples forked from their leader's prompt state.
     std::vector<model::KvCopy> copies;
-    int n_preempted = 0;                 // sequences preempted while planning this step
+    int n_preempted = 0;  // sequences preempted while planning this step
+    int dp_group = 0;     // the data-parallel group whose scheduler planned it (its cache's ids)
     int n_tokens() const {
         int n = 0;
         for (const auto& c : chunks) n += c.n_tokens;
+        return n;
+    }
+    int n_logit_rows() const {
+        int n = 0;
+        for (const auto& c : chunks) n += c.want_logits ? 1 : 0;
         return n;
     }
     bool empty() const { return chunks.empty(); }

@@ -15,6 +15,8 @@
 namespace osprey::model {
 
 // Throws osprey::Error naming the slice and the value at fault.
-void check_forward_batch(const ForwardBatch& batch, const Config& config, const KvLayout& layout);
+// `dp_groups`: the backend's data-parallel groups (slices' dp_group in range; window slots distinct
+// within a group, each group having its own cache).
+void check_forward_batch(const ForwardBatch& batch, const Config& config, const KvLayout& layout, int dp_groups = 1);
 
 }  // namespace osprey::model

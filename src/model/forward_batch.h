@@ -31,6 +31,9 @@ struct SequenceSlice {
     int32_t window_first = 0;
     std::vector<int32_t> pages;    // page table covering positions [0, start_pos + n_tokens)
     bool want_logits = true;       // produce logits for the last token of the slice
+    // Data-parallel group whose KV cache (and ranks) this sequence uses, in [0, ModelRunner::dp_groups()).
+    // Page and window-slot ids are that group's own: every group has the whole KvLayout.
+    int32_t dp_group = 0;
 };
 
 struct ForwardBatch {

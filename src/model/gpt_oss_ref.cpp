@@ -79,6 +79,7 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
         attn_comm_ = options.shard->attn;
         moe_comm_ = options.shard->moe;
         vocab_comm_ = options.shard->vocab;
+        if (options.shard->dp && options.shard->dp->size() > 1) dp_comm_ = options.shard->dp;
     }
     const Config& c = config_;
     OSPREY_CHECK(piece_.kv_heads.count > 0 && piece_.kv_heads.end() <= c.n_kv_heads &&
@@ -227,7 +228,16 @@ void CpuReference::dump(std::string_view name, int layer, std::span<const float>
 }
 
 void CpuReference::forward(const ForwardBatch& batch) {
-    check_batch(batch);
+    if (!dp_comm_ || !batch.slices.empty()) check_batch(batch);  // DP: an idle group runs an empty step
+    if (dp_comm_) {
+        // Tokens per DP group, for the MoE's gather: every rank of a group sends the same count.
+        const int32_t mine = batch.n_tokens();
+        std::vector<int32_t> counts(size_t(dp_comm_->size()));
+        dp_comm_->all_gather<int32_t>(std::span(&mine, 1), counts);
+        dp_tokens_.assign(counts.begin(), counts.end());
+        dp_first_ = 0;
+        for (int g = 0; g < dp_comm_->rank(); ++g) dp_first_ += dp_tokens_[size_t(g)];
+    }
     const Config& c = config_;
     Step step;
     step.batch = &batch;
@@ -360,20 +370,35 @@ void CpuReference::moe_block(int layer, const Step& step) {
     const Config& c = config_;
     const LayerSlices& w = slices_[layer];
     const LayerVectors& lv = vectors_[layer];
-    const int T = step.n_tokens;
     const int H = c.d_model, I = piece_.ff.count, k = c.top_k;  // I: this rank's intermediate columns
 
     // xn = rmsnorm(x) · gain                                            [T, d_model]
-    cpu::rmsnorm(xn_, x_, lv.mlp_norm, T, H, c.norm_eps, *pool_);
+    cpu::rmsnorm(xn_, x_, lv.mlp_norm, step.n_tokens, H, c.norm_eps, *pool_);
     dump("mlp_norm", layer, xn_);
+    // (attention DP: the tokens of every DP group, gathered in group order; T counts them all)
+    std::vector<float>& xn = dp_comm_ ? xn_all_ : xn_;     // [T, d_model]
+    std::vector<float>& moe = dp_comm_ ? moe_all_ : moe_;  // [T, d_model]
+    int T = step.n_tokens;
+    if (dp_comm_) {
+        std::vector<size_t> counts(dp_tokens_.size());
+        size_t total = 0;
+        for (size_t g = 0; g < counts.size(); ++g) total += dp_tokens_[g], counts[g] = dp_tokens_[g] * size_t(H);
+        T = int(total);
+        xn_all_.resize(total * H);
+        moe_all_.resize(total * H);
+        router_.resize(total * c.n_experts);
+        expert_ids_.resize(total * k);
+        expert_weights_.resize(total * k);
+        dp_comm_->all_gather_v<float>(std::span<const float>(xn_).first(size_t(step.n_tokens) * H), xn_all_, counts);
+    }
     // router logits = xn · Wgateᵀ + b                                   [T, n_experts]
-    cpu::matmul_bf16w(router_, xn_, bf16_view(weights_.layers[layer].router_w), lv.router_b, T, H, c.n_experts, *pool_);
+    cpu::matmul_bf16w(router_, xn, bf16_view(weights_.layers[layer].router_w), lv.router_b, T, H, c.n_experts, *pool_);
     dump("router_logits", layer, router_);
     // top-4 experts on the raw logits, softmax over those four          [T, top_k]
     cpu::route_topk_softmax(expert_ids_, expert_weights_, router_, T, c.n_experts, k);
 
     // moe = Σ_e w_e · (W2_e · swiglu(W1_e · xn + b1_e) + b2_e), expert by expert over its tokens
-    std::fill(moe_.begin(), moe_.end(), 0.0f);
+    std::fill(moe.begin(), moe.end(), 0.0f);
     std::vector<int32_t> rows;             // [n] tokens routed to the expert
     std::vector<float> weights;            // [n] their routing weights
     std::vector<float> xe, gate_up, u, y;  // [n, d_model], [n, 2 I], [n, I], [n, d_model]
@@ -391,7 +416,7 @@ void CpuReference::moe_block(int layer, const Step& step) {
         if (rows.empty()) continue;
         const int n = int(rows.size());
         xe.resize(size_t(n) * H);
-        for (int r = 0; r < n; ++r) std::copy_n(xn_.begin() + size_t(rows[r]) * H, H, xe.begin() + size_t(r) * H);
+        for (int r = 0; r < n; ++r) std::copy_n(xn.begin() + size_t(rows[r]) * H, H, xe.begin() + size_t(r) * H);
         gate_up.resize(size_t(n) * 2 * I);
         u.resize(size_t(n) * I);
         y.resize(size_t(n) * H);
@@ -408,11 +433,13 @@ void CpuReference::moe_block(int layer, const Step& step) {
             *pool_);
         // moe[t] += w · y                                               (b2 inside the weighted sum)
         for (int r = 0; r < n; ++r)
-            cpu::add_scaled(std::span(moe_).subspan(size_t(rows[r]) * H, H),
+            cpu::add_scaled(std::span(moe).subspan(size_t(rows[r]) * H, H),
                             std::span<const float>(y).subspan(size_t(r) * H, H), weights[r]);
     }
     // (EP/TP: the ranks' partial sums, each expert's b2 from one rank; summed over the MoE group)
-    if (moe_comm_) moe_comm_->all_reduce_sum(moe_);
+    if (moe_comm_) moe_comm_->all_reduce_sum(moe);
+    // (attention DP: this group keeps its own rows)
+    if (dp_comm_) std::copy_n(moe_all_.begin() + ptrdiff_t(dp_first_ * H), size_t(step.n_tokens) * H, moe_.begin());
     dump("moe", layer, moe_);
     // x += moe
     cpu::add(x_, moe_);

@@ -43,6 +43,11 @@ struct CpuReferenceOptions {
         comm::Communicator* attn = nullptr;   // attention TP group: out-projection partial sums
         comm::Communicator* moe = nullptr;    // MoE group: expert partial sums (every rank, every token)
         comm::Communicator* vocab = nullptr;  // DP group: logits by vocabulary rows, sampling
+        // Attention DP: the ranks at this rank's place in every DP group (one per group, in group
+        // order). Before each MoE block the groups' tokens are all-gathered over it, so every rank
+        // applies its experts to the tokens of all groups; the MoE group (moe) is then every rank.
+        // forward() may then get an empty batch (a group without work still joins the collectives).
+        comm::Communicator* dp = nullptr;
     };
     std::optional<Shard> shard = std::nullopt;
 };
@@ -116,8 +121,9 @@ private:
     comm::Communicator* attn_comm_ = nullptr;  // null: nothing to reduce
     comm::Communicator* moe_comm_ = nullptr;
     comm::Communicator* vocab_comm_ = nullptr;
-    int q_local_ = 0, kv_local_ = 0;  // this rank's q and kv widths (heads · head_dim)
-    std::vector<float> final_norm_;   // [d_model]
+    comm::Communicator* dp_comm_ = nullptr;  // null, or size 1: no other DP group
+    int q_local_ = 0, kv_local_ = 0;         // this rank's q and kv widths (heads · head_dim)
+    std::vector<float> final_norm_;          // [d_model]
     KvLayout layout_;
     std::vector<LayerKv> kv_;  // [n_layers]
     DumpFn dump_;
@@ -127,6 +133,11 @@ private:
     std::vector<int32_t> expert_ids_;    // [n_tokens, top_k]
     std::vector<float> expert_weights_;  // [n_tokens, top_k]
     std::vector<float> logits_;          // [n_logit_rows, piece_.vocab.count]
+    // Attention DP: tokens of every DP group this step ([dp groups]) and this group's first row in
+    // the gathered MoE input; xn_all_, moe_all_ [Σ dp_tokens_, d_model]. Empty without DP.
+    std::vector<size_t> dp_tokens_;
+    size_t dp_first_ = 0;
+    std::vector<float> xn_all_, moe_all_;
     int n_logit_rows_ = 0;
 };
 

@@ -37,8 +37,8 @@ void check_page_size(int page_size, std::string_view what) {
 KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size, int tp)
     : dtype_(dtype), page_size_(page_size), sliding_window_(config.sliding_window) {
     check_page_size(page_size);
-    OSPREY_CHECK(tp >= 1 && config.n_kv_heads % tp == 0, "KV spec: ", config.n_kv_heads,
-                 " KV heads do not split over ", tp, " tensor-parallel ranks");
+    OSPREY_CHECK(tp >= 1 && config.n_kv_heads % tp == 0, "KV spec: ", config.n_kv_heads, " KV heads do not split over ",
+                 tp, " tensor-parallel ranks");
     kv_dim_ = config.kv_dim() / tp;
     OSPREY_CHECK(config.n_layers > 0 && config.sliding_window > 0 && config.kv_dim() > 0, "KV spec: ", config.n_layers,
                  " layers, sliding window ", config.sliding_window, ", kv_dim ", config.kv_dim());
@@ -87,7 +87,9 @@ KvCopyPlan plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
         role[size_t(d)] = 2;
     }
     const int64_t ps = layout.spec.paged().rows_per_block;
+    OSPREY_CHECK(copy.dp_group >= 0, "copy_kv: data-parallel group ", copy.dp_group);
     KvCopyPlan plan;
+    plan.dp_group = copy.dp_group;
     for (size_t i = 0; i < copy.src_pages.size(); ++i) {
         const int64_t s = copy.src_pages[i] * ps, d = copy.dst_pages[i] * ps;
         KvRowRun* last = plan.runs.empty() ? nullptr : &plan.runs.back();
@@ -103,7 +105,9 @@ KvCopyPlan plan_kv_copy(const KvCopy& copy, const KvLayout& layout) {
     return plan;
 }
 
-void check_kv_copy_plan(const KvCopyPlan& plan, const KvLayout& layout) {
+void check_kv_copy_plan(const KvCopyPlan& plan, const KvLayout& layout, int dp_groups) {
+    OSPREY_CHECK(plan.dp_group >= 0 && plan.dp_group < dp_groups, "copy_kv: data-parallel group ", plan.dp_group,
+                 " outside [0, ", dp_groups, ")");
     for (size_t i = 0; i < plan.runs.size(); ++i) {
         const KvRowRun& r = plan.runs[i];
         const int64_t rows = layout.rows(r.group);

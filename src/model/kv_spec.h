@@ -109,6 +109,7 @@ struct KvLayout {
 struct KvCopy {
     std::vector<int32_t> src_pages, dst_pages;  // same length; no page on both sides
     int src_slot = -1, dst_slot = -1;           // both -1: no ring copied
+    int dp_group = 0;                           // the data-parallel group whose cache holds both sides
 };
 
 // The copy as runs of contiguous rows of one group, valid for every layer of that group (rows are
@@ -120,6 +121,7 @@ struct KvRowRun {
 };
 struct KvCopyPlan {
     std::vector<KvRowRun> runs;
+    int dp_group = 0;  // runs inside this data-parallel group's cache (KvCopy::dp_group)
 };
 
 // Checks `copy` against the layout (equal lengths, pages and slots in range, no page or slot on both
@@ -128,6 +130,7 @@ struct KvCopyPlan {
 KvCopyPlan plan_kv_copy(const KvCopy& copy, const KvLayout& layout);
 // Checks that every run of a plan lies inside the layout's blocks (what a backend calls before it
 // moves memory). Throws osprey::Error naming the run.
-void check_kv_copy_plan(const KvCopyPlan& plan, const KvLayout& layout);
+// dp_groups: the backend's data-parallel groups (plan.dp_group must be one of them).
+void check_kv_copy_plan(const KvCopyPlan& plan, const KvLayout& layout, int dp_groups = 1);
 
 }  // namespace osprey::model

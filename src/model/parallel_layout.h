@@ -14,6 +14,9 @@
 //     r % moe_tp. Every rank sees every token of the step (TP-style dispatch); the partial outputs
 //     are summed over all ranks of the MoE group (combine).
 //   - The unembedding is split by vocabulary rows over the G ranks of a DP group.
+//   - Data parallelism is over attention: each DP group has its own batch and KV cache; the MoE is
+//     shared (its group is all W ranks, so moe_tp counts the ranks of every DP group), and before it
+//     the groups' tokens are all-gathered over the ranks with the same index l in each group.
 // Example: TP4·EP4 = 4 ranks, each with 2 of 8 KV heads (gpt-oss) and 8 of 32 experts whole.
 //          TP8 = 8 ranks, each with 1 KV head and 1/8 of every expert's columns (90 groups of 32: 12 or 11).
 #pragma once

@@ -12,9 +12,6 @@ namespace osprey::model {
 ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
     : config_(weights.config), layout_(o.layout) {
     layout_.check(config_);
-    OSPREY_CHECK(layout_.dp == 1, "--dp ", layout_.dp,
-                 ": attention data parallelism is designed (docs/architecture.md, \"Parallelism\") but not built "
-                 "yet; only --dp 1 runs");
     const int n = layout_.world();
     world_ = comm::make_in_process_group(n);
     comms_.resize(size_t(n));
@@ -31,13 +28,15 @@ ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
             RankComms& c = comms_[size_t(r)];
             c.attn = world.split(r / tp, r);  // the attention TP group: same DP group and replica
             c.vocab = world.split(r / G, r);  // the DP group
+            c.dp = world.split(r % G, r);     // this place in every DP group: the MoE's token gather
             CpuReferenceOptions ro;
             ro.kv_budget_bytes = o.kv_budget_bytes;
             ro.n_threads = threads_per_rank;
             ro.shard = CpuReferenceOptions::Shard{.piece = model_shard(config_, layout_, r),
                                                   .attn = c.attn.get(),
-                                                  .moe = &world,  // every rank, every token (dp = 1)
-                                                  .vocab = c.vocab.get()};
+                                                  .moe = &world,  // every rank, every group's tokens
+                                                  .vocab = c.vocab.get(),
+                                                  .dp = c.dp.get()};
             ranks_[size_t(r)] = std::make_unique<CpuReference>(weights, ro);
         });
     } catch (...) {
@@ -112,6 +111,10 @@ size_t ParallelRunner::kv_budget_bytes() const {
     return ranks_.front()->kv_budget_bytes();
 }
 
+int ParallelRunner::group_of(int rank) const {
+    return rank / layout_.group_size();
+}
+
 void ParallelRunner::allocate_kv(const KvLayout& layout) {
     // The ranks' own checks, here first: a refused layout leaves the runner usable.
     layout.check("parallel runner");
@@ -127,20 +130,47 @@ void ParallelRunner::allocate_kv(const KvLayout& layout) {
 }
 
 void ParallelRunner::forward(const ForwardBatch& batch) {
-    check_forward_batch(batch, config_, kv_layout_);  // here, so no rank fails alone
+    check_forward_batch(batch, config_, kv_layout_, layout_.dp);  // here, so no rank fails alone
+    // Each DP group gets its own slices, tokens renumbered; a group without any runs an empty step
+    // (its ranks still join the MoE's gather and all-reduce). Logit rows keep slice order overall:
+    // row_group_ says whose each row is.
+    std::vector<ForwardBatch> parts(size_t(layout_.dp));
+    row_group_.clear();
+    for (const SequenceSlice& sl : batch.slices) {
+        ForwardBatch& part = parts[size_t(sl.dp_group)];
+        SequenceSlice local = sl;
+        local.first_token = int32_t(part.tokens.size());
+        local.dp_group = 0;
+        part.tokens.insert(part.tokens.end(), batch.tokens.begin() + sl.first_token,
+                           batch.tokens.begin() + sl.first_token + sl.n_tokens);
+        part.slices.push_back(std::move(local));
+        if (sl.want_logits) row_group_.push_back(sl.dp_group);
+    }
     n_logit_rows_ = -1;
-    run([&](int r) { ranks_[size_t(r)]->forward(batch); });
+    run([&](int r) { ranks_[size_t(r)]->forward(parts[size_t(group_of(r))]); });
     n_logit_rows_ = batch.n_logit_rows();
 }
 
 void ParallelRunner::copy_kv(const KvCopyPlan& plan) {
-    check_kv_copy_plan(plan, kv_layout_);
-    run([&](int r) { ranks_[size_t(r)]->copy_kv(plan); });
+    check_kv_copy_plan(plan, kv_layout_, layout_.dp);
+    KvCopyPlan local = plan;  // each rank holds one group's cache
+    local.dp_group = 0;
+    run([&](int r) {
+        if (group_of(r) == plan.dp_group) ranks_[size_t(r)]->copy_kv(local);
+    });
 }
 
 void ParallelRunner::logits_to_host(std::vector<float>& out) {
-    std::vector<std::vector<float>> others(ranks_.size());
-    run([&](int r) { ranks_[size_t(r)]->logits_to_host(r == 0 ? out : others[size_t(r)]); });
+    // Each group's first rank gathers its rows (vocabulary split over the group); merged in slice order.
+    std::vector<std::vector<float>> rows(ranks_.size());
+    run([&](int r) { ranks_[size_t(r)]->logits_to_host(rows[size_t(r)]); });
+    const size_t V = size_t(config_.vocab_size), G = size_t(layout_.group_size());
+    out.resize(row_group_.size() * V);
+    std::vector<size_t> next(size_t(layout_.dp), 0);
+    for (size_t i = 0; i < row_group_.size(); ++i) {
+        const size_t g = size_t(row_group_[i]);
+        std::copy_n(rows[g * G].begin() + ptrdiff_t(next[g]++ * V), V, out.begin() + ptrdiff_t(i * V));
+    }
 }
 
 void ParallelRunner::sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
@@ -148,9 +178,26 @@ void ParallelRunner::sample(std::span<const SamplingParams> params, std::span<co
     OSPREY_CHECK(int(params.size()) == n_logit_rows_ && state.size() == params.size() && out.size() == params.size(),
                  "sample: ", params.size(), " parameter sets, ", state.size(), " states and ", out.size(),
                  " results for ", n_logit_rows_, " logit rows");
-    std::vector<std::vector<SampleResult>> others(ranks_.size());
-    for (size_t r = 1; r < others.size(); ++r) others[r].resize(params.size());
-    run([&](int r) { ranks_[size_t(r)]->sample(params, state, r == 0 ? out : std::span(others[size_t(r)])); });
+    // Every group samples its own rows on its vocabulary ranks; the group's first rank has the results.
+    const int dp = layout_.dp;
+    std::vector<std::vector<SamplingParams>> p(static_cast<size_t>(dp));
+    std::vector<std::vector<SamplingState>> st(static_cast<size_t>(dp));
+    for (size_t i = 0; i < params.size(); ++i) {
+        p[size_t(row_group_[i])].push_back(params[i]);
+        st[size_t(row_group_[i])].push_back(state[i]);
+    }
+    std::vector<std::vector<SampleResult>> results(ranks_.size());
+    run([&](int r) {
+        const size_t g = size_t(group_of(r));
+        results[size_t(r)].resize(p[g].size());
+        ranks_[size_t(r)]->sample(p[g], st[g], results[size_t(r)]);
+    });
+    const size_t G = size_t(layout_.group_size());
+    std::vector<size_t> next(size_t(dp), 0);
+    for (size_t i = 0; i < params.size(); ++i) {
+        const size_t g = size_t(row_group_[i]);
+        out[i] = std::move(results[g * G][next[g]++]);
+    }
 }
 
 }  // namespace osprey::model

@@ -1,15 +1,22 @@
-// Tensor and expert parallelism on the CPU backend: one ModelRunner that drives one CpuReference
+// Tensor, expert and data parallelism on the CPU backend: one ModelRunner that drives one CpuReference
 // shard per rank of a ParallelLayout (model/parallel_layout.h), each on a thread of its own, joined by
 // in-process communicators (comm/in_process.h). The engine sees one runner and knows nothing of the
 // ranks beyond the per-rank KV spec (kv_spec(): each rank holds its KV heads only), so it sizes the
-// cache per rank and hands every rank the same page and slot ids.
+// cache per rank and hands every rank of a DP group the same page and slot ids.
+//
+// Attention data parallelism (dp > 1): dp_groups() KV caches, one per group of G = max(tp, ep) ranks;
+// every group allocates the same KvLayout, and slices and copy plans name their group (dp_group).
+// forward() gives each group its own slices (an empty step to a group without any); attention runs
+// per group on its tokens, the MoE on every rank over the tokens of all groups (gathered before each
+// MoE block, the partial outputs all-reduced over all ranks, each group keeping its rows); logits and
+// sampling stay per group, on its vocabulary ranks, and come back in slice order.
 //
 // A call runs on every rank's thread and returns when all are done: forward (collectives inside:
-// out-projection and MoE all-reduces), copy_kv (each rank copies its own rows), logits_to_host and
-// sample (the vocabulary is split; see CpuReference::sample). The first rank's results are the
-// runner's. Batches and copy plans are checked here before any rank starts, so a bad request never
-// leaves a rank waiting in a collective; if a rank throws anyway, the communicators are aborted, the
-// error is rethrown, and the runner refuses further work (a step's KV state is then unknown).
+// out-projection and MoE all-reduces, the DP token gather), copy_kv (the group's ranks copy their own
+// rows), logits_to_host and sample (the vocabulary is split; see CpuReference::sample). Batches and
+// copy plans are checked here before any rank starts, so a bad request never leaves a rank waiting in
+// a collective; if a rank throws anyway, the communicators are aborted, the error is rethrown, and the
+// runner refuses further work (a step's KV state is then unknown).
 //
 // The CUDA backend will slot in the same way: one worker thread per GPU, a CudaRunner shard per rank,
 // NCCL communicators behind comm::Communicator (docs/architecture.md, "Parallelism").
@@ -45,6 +52,7 @@ public:
     const Config& config() const override { return config_; }
     std::string name() const override;  // "cpu-reference TP2 EP2 (2 ranks)"
     KvDtype kv_dtype() const override { return KvDtype::f32; }
+    int dp_groups() const override { return layout_.dp; }
     KvSpec kv_spec(int page_size) const override;  // one rank's: n_kv_heads / tp heads per row
     size_t kv_budget_bytes() const override;       // one rank's
     void allocate_kv(const KvLayout& layout) override;
@@ -64,14 +72,17 @@ private:
     void run(const std::function<void(int)>& fn);
     void worker(int rank);
     void stop_threads();
+    int group_of(int rank) const;  // its data-parallel group
 
     Config config_;
     ParallelLayout layout_;
     KvLayout kv_layout_;
     int n_logit_rows_ = 0;                                    // of the last forward (-1 while one runs)
+    std::vector<int> row_group_;                              // [n_logit_rows_] DP group of each logit row
     std::vector<std::unique_ptr<comm::Communicator>> world_;  // [ranks]
     struct RankComms {
-        std::unique_ptr<comm::Communicator> attn, vocab;  // attention TP group, DP group
+        // attention TP group, DP group, the same place in every DP group (size dp)
+        std::unique_ptr<comm::Communicator> attn, vocab, dp;
     };
     std::vector<RankComms> comms_;                      // [ranks]
     std::vector<std::unique_ptr<CpuReference>> ranks_;  // [ranks]

@@ -33,6 +33,10 @@ public:
     // or, for a backend split over tensor-parallel ranks, of one rank (each holds its KV heads only,
     // so bytes per page shrink; the engine sizes and addresses the cache the same way).
     virtual KvSpec kv_spec(int page_size) const { return KvSpec(config(), kv_dtype(), page_size); }
+    // KV caches the backend keeps: one per data-parallel group (attention DP, model/parallel_layout.h).
+    // Each is a whole KvLayout (the one allocate_kv() takes, on kv_budget_bytes() per rank), with its
+    // own page and slot ids; forward slices and copy plans name their group. 1 unless DP is on.
+    virtual int dp_groups() const { return 1; }
     // Bytes the backend can give to the KV cache (device memory left after weights and workspace,
     // or a host budget for the CPU backend); per rank for a parallel backend, like kv_spec().
     virtual size_t kv_budget_bytes() const = 0;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -175,9 +176,10 @@ TEST_F(BenchCli, ParallelLayoutsRunAndAreRecorded) {
         const char* label;
         int n_gpus;
     };
-    for (const Case& c :
-         {Case{"--tp 2", "TP2", 2}, Case{"--tp 4 --ep 4", "TP4 EP4", 4}, Case{"--ep 2", "TP1 EP2", 2}}) {
-        const std::string name = std::string("par-") + std::to_string(c.n_gpus) + "-" + c.label[2];
+    for (const Case& c : {Case{"--tp 2", "TP2", 2}, Case{"--tp 4 --ep 4", "TP4 EP4", 4}, Case{"--ep 2", "TP1 EP2", 2},
+                          Case{"--dp 2", "TP1 DP2", 2}, Case{"--ep 2 --dp 2", "TP1 EP2 DP2", 4}}) {
+        std::string name = std::string("par-") + std::to_string(c.n_gpus) + "-" + c.label;
+        std::replace(name.begin(), name.end(), ' ', '-');
         const json::Value p =
             report_of(std::string("bench prefill --model tiny-tp --backend cpu --lengths 20 --repeats 1 "
                                   "--warmup 0 --gpu-price 2.5 --threads 2 ") +
@@ -260,7 +262,6 @@ TEST_F(BenchCli, BadOptionsGetClearErrors) {
         {"bench prefill --backend cpu --tp 2", "--tp 2: the model's 1 KV heads do not split"},
         {"bench decode --backend cpu --ep 3", "--ep 3: the model's 8 experts do not split evenly"},
         {"bench decode --tp 2 --ep 3", "must divide one another"},
-        {"bench decode --backend cpu --dp 2", "attention data parallelism is designed"},
         {"bench decode --dp 0", "--dp must be in [1, 1024]"},
         {"serve --tp 0", "--tp must be in [1, 1024]"},
         // One bound for every command and the engine (model/kv_spec.h); checked before the model loads.
@@ -444,6 +445,27 @@ TEST_F(BenchCli, ServeWithAParallelLayout) {
     EXPECT_EQ(v.at("run").at("layout").at("n_gpus").as_int(), 2);
     const json::Value& r = v.at("results").as_array().at(0);
     EXPECT_EQ(r.at("ok").as_int(), 3) << r.dump();
+    EXPECT_EQ(r.at("failed").as_int(), 0);
+    EXPECT_GT(r.at("mean_output_tokens").as_double(), 0);
+}
+
+// --dp 2 with EP2 through the server: two groups' caches, requests routed between them.
+TEST_F(BenchCli, ServeWithDataParallelism) {
+    if (!fs::exists(fs::path(OSPREY_SHARED_DIR) / "data" / "o200k_base.tiktoken"))
+        GTEST_SKIP() << "no o200k_base.tiktoken under OSPREY_SHARED_DIR: osprey serve needs it";
+    make_tiny_tp();
+    const ServeProcess server(dir(), {"--model", (dir() / "tiny-tp").string(), "--ep", "2", "--dp", "2"},
+                              "serve-dp.log");
+    ASSERT_FALSE(server.url().empty()) << server.log();
+    EXPECT_NE(server.log().find("cpu-reference TP1 EP2 DP2 (4 ranks)"), std::string::npos) << server.log();
+    EXPECT_NE(server.log().find("2 data-parallel groups"), std::string::npos) << server.log();
+    const json::Value v = report_of("bench serve --endpoint completions --url " + server.url() +
+                                        " --concurrency 3 --requests 5 --input-len 12 --output-len 6 --ep 2 --dp 2",
+                                    "serve-dp");
+    EXPECT_EQ(v.at("run").at("layout").at("label").as_string(), "TP1 EP2 DP2");
+    EXPECT_EQ(v.at("run").at("layout").at("n_gpus").as_int(), 4);
+    const json::Value& r = v.at("results").as_array().at(0);
+    EXPECT_EQ(r.at("ok").as_int(), 5) << r.dump();
     EXPECT_EQ(r.at("failed").as_int(), 0);
     EXPECT_GT(r.at("mean_output_tokens").as_double(), 0);
 }

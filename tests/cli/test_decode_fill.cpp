@@ -1,7 +1,8 @@
 // The decode benchmark's cache fill is honest: after any fill (--kv-fill prefill, copy or shared),
 // a decode step over the filled sequences gives the same logits as running each sequence's whole
 // prompt through a fresh cache, so every sequence really attends over its `context` positions
-// (shared pages, private tails and the replayed sliding-window rings included).
+// (shared pages, private tails and the replayed sliding-window rings included). With --dp 2 the
+// sequences are spread over two data-parallel groups' caches (model/parallel_runner.h) and the same holds.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "benchtool/model_bench.h"
 #include "core/check.h"
 #include "model/gpt_oss_ref.h"
+#include "model/parallel_runner.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
 
@@ -61,8 +63,16 @@ std::vector<float> reference_logits(model::CpuReference& ref, const std::vector<
     return out;
 }
 
-void check_fill(KvFill fill, int context) {
-    model::CpuReference runner(model::Weights::load(tiny_model()), {.n_threads = 1});
+void check_fill(KvFill fill, int context, int dp = 1) {
+    std::unique_ptr<model::ModelRunner> owned;
+    if (dp == 1)
+        owned = std::make_unique<model::CpuReference>(model::Weights::load(tiny_model()),
+                                                      model::CpuReferenceOptions{.n_threads = 1});
+    else
+        owned = std::make_unique<model::ParallelRunner>(
+            model::Weights::load(tiny_model()),
+            model::ParallelRunnerOptions{.layout = {.tp = 1, .ep = 1, .dp = dp}, .n_threads = 2});
+    model::ModelRunner& runner = *owned;
     model::CpuReference ref(model::Weights::load(tiny_model()), {.n_threads = 1});
     const int vocab = runner.config().vocab_size;
     DecodeOptions o;
@@ -85,22 +95,28 @@ void check_fill(KvFill fill, int context) {
         sl.start_pos = seqs[i].pos;
         sl.window_slot = seqs[i].slot;
         sl.pages = seqs[i].pages;
+        sl.dp_group = seqs[i].dp_group;
+        EXPECT_EQ(seqs[i].dp_group, int(i) % dp);
         b.slices.push_back(sl);
         b.tokens.push_back(seqs[i].last);
     }
     if (fill == KvFill::shared && context >= 2 * o.page_size) {  // the leading pages really are shared
         EXPECT_EQ(seqs[0].pages[0], seqs[2].pages[0]);
     }
-    if (fill != KvFill::shared) {  // every sequence owns its pages and ring
+    if (fill != KvFill::shared) {  // every sequence owns its pages and ring (in its group's cache)
         for (size_t i = 1; i < seqs.size(); ++i) {
+            if (seqs[i].dp_group != seqs[0].dp_group) continue;
             EXPECT_NE(seqs[i].slot, seqs[0].slot);
             for (int32_t p : seqs[i].pages)
                 EXPECT_EQ(std::count(seqs[0].pages.begin(), seqs[0].pages.end(), p), 0) << "page " << p;
         }
     }
-    if (fill == KvFill::copy) {  // the same prompt, different next tokens (different routing from step 1)
+    if (fill == KvFill::copy && dp == 1) {  // the same prompt, different next tokens (different routing from step 1)
         EXPECT_EQ(seqs[1].prompt, seqs[0].prompt);
         EXPECT_NE(seqs[1].last, seqs[2].last);
+    }
+    if (fill == KvFill::copy && dp == 2) {  // copied within group 0
+        EXPECT_EQ(seqs[2].prompt, seqs[0].prompt);
     }
     runner.forward(b);
     std::vector<float> got;
@@ -130,6 +146,11 @@ TEST(DecodeFill, PrefillFillMatchesAFreshCache) {
 TEST(DecodeFill, CopyFillMatchesAFreshCache) {
     check_fill(KvFill::copy, 40);
     check_fill(KvFill::copy, 300);
+}
+
+TEST(DecodeFill, EveryFillMatchesAFreshCacheWithDataParallelism) {
+    for (KvFill fill : {KvFill::prefill, KvFill::copy, KvFill::shared}) check_fill(fill, 40, 2);
+    check_fill(KvFill::shared, 300, 2);
 }
 
 // Batch sizes whose cache does not fit the budget are skipped and listed; the rest still run.

@@ -43,6 +43,8 @@ FakeRunner::FakeRunner(FakeRunnerOptions options) : options_(options) {
     config_.sliding_window = options.sliding_window;
     config_.max_position = options.max_position;
     config_.eos_token_id = options.vocab_size - 1;
+    OSPREY_CHECK(options.dp_groups >= 1, "fake runner: ", options.dp_groups, " data-parallel groups");
+    n_group_tokens_.assign(size_t(options.dp_groups), 0);
 }
 
 void FakeRunner::allocate_kv(const model::KvLayout& layout) {
@@ -50,14 +52,16 @@ void FakeRunner::allocate_kv(const model::KvLayout& layout) {
     OSPREY_CHECK(layout.bytes() <= options_.kv_budget_bytes, "fake runner: KV layout needs ", layout.bytes(),
                  " bytes, budget is ", options_.kv_budget_bytes);
     layout_ = layout;
-    pages_.assign(size_t(layout.n_pages) * size_t(layout.page_size()), Row{});
-    window_.assign(size_t(layout.n_window_slots) * size_t(config_.sliding_window), Row{});
+    pages_.assign(size_t(options_.dp_groups), std::vector<Row>(size_t(layout.n_pages) * size_t(layout.page_size())));
+    window_.assign(size_t(options_.dp_groups),
+                   std::vector<Row>(size_t(layout.n_window_slots) * size_t(config_.sliding_window)));
 }
 
 void FakeRunner::copy_kv(const model::KvCopyPlan& plan) {
-    model::check_kv_copy_plan(plan, layout_);
+    model::check_kv_copy_plan(plan, layout_, options_.dp_groups);
     for (const model::KvRowRun& r : plan.runs) {
-        std::vector<Row>& rows = r.group == model::KvGroupKind::ring ? window_ : pages_;
+        const size_t g = size_t(plan.dp_group);
+        std::vector<Row>& rows = r.group == model::KvGroupKind::ring ? window_[g] : pages_[g];
         std::copy_n(rows.begin() + r.src, r.n, rows.begin() + r.dst);
     }
 }
@@ -83,7 +87,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
     n_tokens_ += batch.n_tokens();
     max_batch_ = std::max(max_batch_, batch.n_tokens());
     logits_.assign(size_t(batch.n_logit_rows()) * size_t(vocab), 0.0f);
-    std::vector<int> slots_seen;
+    std::vector<std::pair<int, int>> slots_seen;  // (group, slot)
     int32_t next_first = 0;
     int row = 0;
     for (const model::SequenceSlice& s : batch.slices) {
@@ -92,9 +96,13 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_CHECK(next_first <= batch.n_tokens(), "fake runner: slice past the batch's tokens");
         OSPREY_CHECK(s.window_slot >= 0 && s.window_slot < layout_.n_window_slots, "fake runner: window slot ",
                      s.window_slot, " out of range");
-        OSPREY_CHECK(std::find(slots_seen.begin(), slots_seen.end(), s.window_slot) == slots_seen.end(),
+        OSPREY_CHECK(s.dp_group >= 0 && s.dp_group < options_.dp_groups, "fake runner: group ", s.dp_group);
+        const std::pair<int, int> slot_id{s.dp_group, s.window_slot};
+        OSPREY_CHECK(std::find(slots_seen.begin(), slots_seen.end(), slot_id) == slots_seen.end(),
                      "fake runner: window slot ", s.window_slot, " used twice in one batch");
-        slots_seen.push_back(s.window_slot);
+        slots_seen.push_back(slot_id);
+        n_group_tokens_[size_t(s.dp_group)] += s.n_tokens;
+        std::vector<Row>& pages = pages_[size_t(s.dp_group)];
         const int end = s.start_pos + s.n_tokens;
         OSPREY_CHECK(int64_t(s.pages.size()) * ps >= end, "fake runner: page table of ", s.pages.size(),
                      " pages does not cover position ", end - 1);
@@ -102,11 +110,11 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_CHECK(s.window_first >= 0 && s.window_first <= s.start_pos, "fake runner: ring starts at ",
                      s.window_first, " after the slice's start ", s.start_pos);
         for (int32_t p : s.pages) OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
-        Row* slot = window_.data() + size_t(s.window_slot) * size_t(w);
+        Row* slot = window_[size_t(s.dp_group)].data() + size_t(s.window_slot) * size_t(w);
         for (int j = 0; j < s.n_tokens; ++j) {
             const int pos = s.start_pos + j;
             const int32_t token = batch.tokens[size_t(s.first_token + j)];
-            Row& page_row = pages_[size_t(s.pages[size_t(pos / ps)]) * size_t(ps) + size_t(pos % ps)];
+            Row& page_row = pages[size_t(s.pages[size_t(pos / ps)]) * size_t(ps) + size_t(pos % ps)];
             if (j < s.n_full_kv_cached) {
                 OSPREY_CHECK(page_row.pos == pos && page_row.token == token, "fake runner: position ", pos,
                              " claimed cached holds (token ", page_row.token, ", pos ", page_row.pos, ")");
@@ -122,7 +130,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         const int last = end - 1;
         HistoryHash hh;
         for (int p = 0; p <= last; ++p) {
-            const Row& r = pages_[size_t(s.pages[size_t(p / ps)]) * size_t(ps) + size_t(p % ps)];
+            const Row& r = pages[size_t(s.pages[size_t(p / ps)]) * size_t(ps) + size_t(p % ps)];
             OSPREY_CHECK(r.pos == p, "fake runner: page row of position ", p, " holds position ", r.pos);
             hh.full(p, r.token);
         }

@@ -19,6 +19,7 @@ struct FakeRunnerOptions {
     int sliding_window = 128;
     size_t kv_budget_bytes = size_t(1) << 20;
     int max_position = 4096;
+    int dp_groups = 1;  // > 1: one cache per data-parallel group (slices and copy plans name theirs)
 };
 
 class FakeRunner : public model::ModelRunner {
@@ -30,6 +31,7 @@ public:
     // f32 rows of kv_dim 4 (one head of 4): 32 bytes per position and layer, as the spec computes.
     model::KvDtype kv_dtype() const override { return model::KvDtype::f32; }
     size_t kv_budget_bytes() const override { return options_.kv_budget_bytes; }
+    int dp_groups() const override { return options_.dp_groups; }
     void allocate_kv(const model::KvLayout& layout) override;
     void forward(const model::ForwardBatch& batch) override;
     void copy_kv(const model::KvCopyPlan& plan) override;
@@ -44,6 +46,7 @@ public:
     int64_t n_tokens_run() const { return n_tokens_; }
     int64_t n_window_only_tokens() const { return n_window_only_; }  // replayed after prefix hits
     int max_batch_seen() const { return max_batch_; }
+    int64_t n_tokens_in_group(int g) const { return n_group_tokens_[size_t(g)]; }
     bool fail_next_forward = false;  // makes the next forward() throw (error-path tests)
 
 private:
@@ -54,11 +57,12 @@ private:
     FakeRunnerOptions options_;
     model::Config config_;
     model::KvLayout layout_;
-    std::vector<Row> pages_;     // [n_pages, page_size]
-    std::vector<Row> window_;    // [n_window_slots, sliding_window]
+    std::vector<std::vector<Row>> pages_;   // [dp_groups][n_pages, page_size]
+    std::vector<std::vector<Row>> window_;  // [dp_groups][n_window_slots, sliding_window]
     std::vector<float> logits_;  // [n_logit_rows, vocab_size]
     int64_t n_forward_ = 0, n_tokens_ = 0, n_window_only_ = 0;
     int max_batch_ = 0;
+    std::vector<int64_t> n_group_tokens_;  // [dp_groups]
 };
 
 }  // namespace osprey::test

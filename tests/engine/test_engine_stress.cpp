@@ -71,6 +71,7 @@ struct StressConfig {
     int n_pages;
     bool prefix_caching;
     uint32_t seed;
+    int dp_groups = 1;  // > 1: the engine routes between that many caches (attention DP)
 };
 
 void run_stress(const StressConfig& c, int n_arrivals) {
@@ -78,6 +79,7 @@ void run_stress(const StressConfig& c, int n_arrivals) {
     FakeRunnerOptions fo;
     fo.vocab_size = vocab;
     fo.sliding_window = c.window;
+    fo.dp_groups = c.dp_groups;
     FakeRunner runner(fo);
     EngineOptions o;
     o.page_size = c.page_size;
@@ -175,6 +177,8 @@ void run_stress(const StressConfig& c, int n_arrivals) {
         EXPECT_GT(st.n_window_restores, 0u) << "later hits restore saved window rings";
     }
     EXPECT_GT(st.n_forked_tokens, 0u) << "n > 1 requests fork their samples";
+    EXPECT_EQ(st.dp_groups, c.dp_groups);
+    for (int g = 0; g < c.dp_groups; ++g) EXPECT_GT(runner.n_tokens_in_group(g), 0) << "group " << g << " never ran";
     std::printf(
         "stress: %d arrivals, %lld steps, %d samples checked, %llu preemptions, %llu prefix-hit tokens, "
         "%llu forked tokens, %llu window-only tokens, %llu ring restores\n",
@@ -204,6 +208,20 @@ TEST(engine_stress, window_longer_than_chunks) {
                 .n_pages = 30,
                 .prefix_caching = true,
                 .seed = 12},
+               2000 * stress_scale());
+}
+
+// Two data-parallel groups, each with its own pages, slots and prefix cache: routing by prefix and
+// load, forks and preemptions inside a group, and every group's invariants after each step.
+TEST(engine_stress, two_data_parallel_groups) {
+    run_stress({.window = 8,
+                .page_size = 4,
+                .max_num_seqs = 4,
+                .max_batch_tokens = 16,
+                .n_pages = 24,
+                .prefix_caching = true,
+                .seed = 14,
+                .dp_groups = 2},
                2000 * stress_scale());
 }
 

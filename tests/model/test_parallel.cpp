@@ -1,8 +1,9 @@
-// Tensor and expert parallelism on the CPU backend (model/parallel_runner.h): every layout gives the
-// same greedy tokens as the single-rank reference and logits within an FP32 reduction-order bound,
+// Tensor, expert and data parallelism on the CPU backend (model/parallel_runner.h): every layout gives
+// the same greedy tokens as the single-rank reference and logits within an FP32 reduction-order bound,
 // through chunked prefill, paged and ring KV, a KV fork (copy_kv), batched decode, the distributed
-// greedy argmax and the gathered sampler; and the engine on a parallel runner (prefix cache, n > 1
-// forks) streams the same tokens as on the reference.
+// greedy argmax and the gathered sampler; with DP the sequences are spread over two groups' caches
+// (one group idle in some steps); and the engine on a parallel runner (prefix cache, n > 1 forks,
+// requests routed between DP groups) streams the same tokens as on the reference.
 //
 // The bound. A layout changes only the order of FP32 sums: the out-projection over heads and the
 // MoE over experts and their columns are summed per rank, then over ranks in rank order. Reordering
@@ -93,6 +94,13 @@ Trace run(ModelRunner& m) {
     seqs[1].pages = test::pages_from(16, 16);
     seqs[2].pages = test::pages_from(32, 16);
     for (int s = 0; s < 3; ++s) seqs[size_t(s)].window_slot = s;
+    // With DP, sequence 0 lives in group 0, sequences 1 and 2 (a fork: the same cache) in group 1.
+    const int group12 = m.dp_groups() > 1 ? 1 : 0;
+    auto slice = [&](int s, int first_token, int n) {
+        SequenceSlice sl = test::slice_for(seqs[size_t(s)], first_token, n);
+        sl.dp_group = s == 0 ? 0 : group12;
+        return sl;
+    };
     auto keep = [&] {
         tr.logits.emplace_back();
         m.logits_to_host(tr.logits.back());
@@ -103,15 +111,16 @@ Trace run(ModelRunner& m) {
         ForwardBatch b;
         b.tokens.assign(seqs[0].tokens.begin() + 24, seqs[0].tokens.end());
         b.tokens.insert(b.tokens.end(), seqs[1].tokens.begin(), seqs[1].tokens.end());
-        b.slices.push_back(test::slice_for(seqs[0], 0, 16));
-        b.slices.push_back(test::slice_for(seqs[1], 16, 11));
+        b.slices.push_back(slice(0, 0, 16));
+        b.slices.push_back(slice(1, 16, 11));
         m.forward(b);
         seqs[0].n_computed = 40;
         seqs[1].n_computed = 11;
         keep();
     }
     // Fork seq 1 into seq 2: its two pages and its ring.
-    m.copy_kv(plan_kv_copy({.src_pages = {16, 17}, .dst_pages = {32, 33}, .src_slot = 1, .dst_slot = 2}, layout));
+    m.copy_kv(plan_kv_copy(
+        {.src_pages = {16, 17}, .dst_pages = {32, 33}, .src_slot = 1, .dst_slot = 2, .dp_group = group12}, layout));
     seqs[2].tokens = seqs[1].tokens;
     seqs[2].n_computed = 11;
     // Next tokens from the prefill logits: greedy.
@@ -125,7 +134,7 @@ Trace run(ModelRunner& m) {
         ForwardBatch b;
         for (int s = 0; s < 3; ++s) {
             seqs[size_t(s)].tokens.push_back(next[size_t(s)]);
-            b.slices.push_back(test::slice_for(seqs[size_t(s)], s, 1));
+            b.slices.push_back(slice(s, s, 1));
             b.tokens.push_back(next[size_t(s)]);
         }
         m.forward(b);
@@ -197,10 +206,12 @@ INSTANTIATE_TEST_SUITE_P(Cpu, Layouts,
                          ::testing::Values(ParallelLayout{2, 1, 1}, ParallelLayout{4, 1, 1}, ParallelLayout{8, 1, 1},
                                            ParallelLayout{1, 2, 1}, ParallelLayout{1, 4, 1}, ParallelLayout{2, 2, 1},
                                            ParallelLayout{4, 4, 1}, ParallelLayout{4, 2, 1}, ParallelLayout{2, 4, 1},
-                                           ParallelLayout{8, 8, 1}),
+                                           ParallelLayout{8, 8, 1}, ParallelLayout{1, 1, 2}, ParallelLayout{2, 1, 2},
+                                           ParallelLayout{1, 2, 2}, ParallelLayout{1, 4, 2}),
                          [](const auto& info) {
                              const ParallelLayout& l = info.param;
-                             return "tp" + std::to_string(l.tp) + "_ep" + std::to_string(l.ep);
+                             return "tp" + std::to_string(l.tp) + "_ep" + std::to_string(l.ep) + "_dp" +
+                                    std::to_string(l.dp);
                          });
 
 TEST(ParallelLayout, ShardsCoverTheModelOnce) {
@@ -247,46 +258,143 @@ TEST(ParallelRunner, RefusesBadWorkWithoutBreaking) {
     std::vector<float> logits;
     m.logits_to_host(logits);
     EXPECT_EQ(logits.size(), size_t(509));
-    EXPECT_THROW((ParallelRunner(weights(), {.layout = {1, 1, 2}})), osprey::Error);  // DP not built yet
 }
 
-// The engine on TP2·EP2 (prefix caching with window replay, n = 2 forks, batching) against the engine
-// on the reference, request by request.
-TEST(ParallelRunner, EngineStreamsTheSameTokens) {
-    auto generate = [](ModelRunner& m) {
-        engine::EngineOptions o;
-        o.page_size = 8;
-        o.max_num_seqs = 8;
-        o.max_kv_tokens = 1024;
-        o.check_invariants = true;
-        engine::Engine e(m, o);
-        std::vector<std::shared_ptr<engine::RequestStream>> streams;
-        std::vector<int32_t> shared;
-        for (int i = 0; i < 48; ++i) shared.push_back(int32_t((i * 13 + 3) % 509));
-        for (int r = 0; r < 4; ++r) {
-            engine::Request q;
-            q.id = "r" + std::to_string(r);
-            q.prompt = shared;
-            for (int i = 0; i < 5 + r; ++i) q.prompt.push_back(int32_t((r * 71 + i * 7) % 509));
-            q.max_new_tokens = 6;
-            q.sampling.temperature = 0.0f;
-            q.n = r == 1 ? 2 : 1;
-            streams.push_back(e.submit(q));
-            if (r == 0) e.run_until_idle();  // the others hit its prefix
+TEST(ParallelRunner, DataParallelRefusesUnknownGroups) {
+    ParallelRunner m(weights(), {.layout = {1, 1, 2}, .kv_budget_bytes = kKvBytes, .n_threads = 2});
+    EXPECT_EQ(m.dp_groups(), 2);
+    const KvLayout layout = kv_layout_for(m, 8, 8, 2);
+    m.allocate_kv(layout);
+    ForwardBatch b;
+    b.tokens = {1, 2};
+    b.slices.push_back({.first_token = 0, .n_tokens = 2, .pages = {0}, .dp_group = 2});
+    EXPECT_THROW(m.forward(b), osprey::Error);
+    EXPECT_THROW(m.copy_kv(plan_kv_copy({.src_pages = {}, .dst_pages = {}, .src_slot = 0, .dst_slot = 1, .dp_group = 2},
+                                        layout)),
+                 osprey::Error);
+    // The same page and slot ids in both groups are two different caches.
+    b.tokens = {1, 2, 3};
+    b.slices = {{.first_token = 0, .n_tokens = 2, .pages = {0}, .dp_group = 1},
+                {.first_token = 2, .n_tokens = 1, .pages = {0}, .dp_group = 0}};
+    m.forward(b);
+    std::vector<float> logits;
+    m.logits_to_host(logits);
+    EXPECT_EQ(logits.size(), size_t(2 * 509));
+    // A single-rank backend has one group only.
+    auto single = make({});
+    single->allocate_kv(kv_layout_for(*single, 8, 8, 2));
+    EXPECT_THROW(single->forward(b), osprey::Error);
+}
+
+// The engine on a parallel runner (prefix caching with window replay, n = 2 forks, batching, prompts
+// of different lengths, unrelated prompts that DP routes to the other group) against the engine on the
+// reference, request by request; the prefix hits are the same too (each request routed to the group
+// holding its prefix), and every bookkeeping invariant holds after each step.
+struct EngineRun {
+    std::vector<std::vector<int32_t>> tokens;  // (request, sample, token) in each stream's order
+    engine::EngineStats stats;
+};
+
+EngineRun generate(ModelRunner& m) {
+    engine::EngineOptions o;
+    o.page_size = 8;
+    o.max_num_seqs = 8;
+    o.max_kv_tokens = 1024;
+    o.check_invariants = true;
+    engine::Engine e(m, o);
+    std::vector<std::shared_ptr<engine::RequestStream>> streams;
+    std::vector<int32_t> shared;
+    for (int i = 0; i < 48; ++i) shared.push_back(int32_t((i * 13 + 3) % 509));
+    for (int r = 0; r < 6; ++r) {
+        engine::Request q;
+        q.id = "r" + std::to_string(r);
+        if (r < 4) q.prompt = shared;
+        for (int i = 0; i < 5 + 3 * r; ++i) q.prompt.push_back(int32_t((r * 71 + i * 7) % 509));
+        q.max_new_tokens = 6;
+        q.sampling.temperature = 0.0f;
+        q.n = r == 1 || r == 4 ? 2 : 1;
+        streams.push_back(e.submit(q));
+        if (r == 0) e.run_until_idle();  // the next three hit its prefix
+    }
+    e.run_until_idle();
+    EngineRun out;
+    for (size_t r = 0; r < streams.size(); ++r)
+        while (auto ev = streams[r]->try_pop()) {
+            EXPECT_TRUE(ev->kind == engine::Event::Kind::token || ev->reason != engine::FinishReason::error);
+            if (ev->kind == engine::Event::Kind::token) out.tokens.push_back({int32_t(r), ev->sample, ev->token});
         }
-        e.run_until_idle();
-        std::vector<std::vector<int32_t>> out;  // (request, sample, token) in each stream's order
-        for (size_t r = 0; r < streams.size(); ++r)
-            while (auto ev = streams[r]->try_pop()) {
-                EXPECT_TRUE(ev->kind == engine::Event::Kind::token || ev->reason != engine::FinishReason::error);
-                if (ev->kind == engine::Event::Kind::token) out.push_back({int32_t(r), ev->sample, ev->token});
-            }
-        EXPECT_EQ(out.size(), size_t(6 * 5));
-        return out;
+    EXPECT_EQ(out.tokens.size(), size_t(6 * 8));
+    out.stats = e.stats();
+    return out;
+}
+
+class EngineLayouts : public ::testing::TestWithParam<ParallelLayout> {};
+
+TEST_P(EngineLayouts, StreamTheSameTokens) {
+    static const EngineRun ref = [] {
+        auto m = make({});
+        return generate(*m);
+    }();
+    auto par = make(GetParam());
+    const EngineRun got = generate(*par);
+    EXPECT_EQ(got.tokens, ref.tokens);
+    EXPECT_GT(ref.stats.n_prefix_hit_tokens, 0u);
+    EXPECT_EQ(got.stats.n_prefix_hit_tokens, ref.stats.n_prefix_hit_tokens);
+    EXPECT_GT(ref.stats.n_forked_tokens, 0u);
+    EXPECT_EQ(got.stats.n_forked_tokens, ref.stats.n_forked_tokens);
+    EXPECT_EQ(got.stats.dp_groups, GetParam().dp);
+    EXPECT_EQ(got.stats.kv_capacity_tokens, ref.stats.kv_capacity_tokens * GetParam().dp);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, EngineLayouts,
+                         ::testing::Values(ParallelLayout{2, 2, 1}, ParallelLayout{1, 1, 2}, ParallelLayout{1, 2, 2},
+                                           ParallelLayout{2, 1, 2}),
+                         [](const auto& info) {
+                             const ParallelLayout& l = info.param;
+                             return "tp" + std::to_string(l.tp) + "_ep" + std::to_string(l.ep) + "_dp" +
+                                    std::to_string(l.dp);
+                         });
+
+// Routing between DP groups through the engine: two unrelated requests go to the two groups (least
+// load: with one running sequence per group, both run at once only if they are in different groups);
+// after both finish, a follow-up of the second hits its prefix, so it must go to group 1 even though
+// both groups are idle (a tie that load alone gives to group 0, where it would miss), and one of the
+// first to group 0.
+TEST(ParallelRunner, EngineRoutesByPrefixThenLoad) {
+    auto m = make({1, 1, 2});
+    engine::EngineOptions o;
+    o.page_size = 8;
+    o.max_num_seqs = 1;
+    o.max_kv_tokens = 512;
+    o.check_invariants = true;
+    engine::Engine e(*m, o);
+    ASSERT_EQ(e.dp_groups(), 2);
+    std::vector<int32_t> a, b;
+    for (int i = 0; i < 40; ++i) a.push_back(int32_t((i * 13 + 3) % 509)), b.push_back(int32_t((i * 29 + 100) % 509));
+    auto submit = [&](std::vector<int32_t> prompt) {
+        engine::Request q;
+        q.prompt = std::move(prompt);
+        q.max_new_tokens = 2;
+        q.sampling.temperature = 0.0f;
+        return e.submit(q);
     };
-    auto ref = make({});
-    auto par = make({2, 2, 1});
-    EXPECT_EQ(generate(*par), generate(*ref));
+    submit(a);
+    submit(b);
+    e.step();
+    engine::EngineStats s = e.stats();
+    EXPECT_EQ(s.n_running, 2);  // one per group
+    e.run_until_idle();
+    const uint64_t hits0 = e.stats().n_prefix_hit_tokens;
+    std::vector<int32_t> b2 = b;
+    b2.push_back(7);
+    submit(b2);
+    e.run_until_idle();
+    EXPECT_EQ(e.stats().n_prefix_hit_tokens - hits0, 40u);  // b's 5 full pages, held by group 1 only
+    std::vector<int32_t> a2 = a;
+    a2.push_back(9);
+    submit(a2);
+    e.run_until_idle();
+    EXPECT_EQ(e.stats().n_prefix_hit_tokens - hits0, 80u);
 }
 
 }  // namespace
