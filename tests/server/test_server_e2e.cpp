@@ -48,20 +48,8 @@ protected:
         engine_->stop();
     }
 
-    int connect_client() {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(uint16_t(http_->port()));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-        timeval tv{10, 0};
-        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        return fd;
-    }
-    static void send_all(int fd, const std::string& s) {
-        ASSERT_EQ(::send(fd, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size()));
-    }
+    int connect_client() { return test::connect_loopback(http_->port()); }
+    static void send_all(int fd, const std::string& s) { test::send_all(fd, s); }
     // Reads one whole response (Content-Length or chunked) from `buffer` + the socket.
     static std::string read_response(int fd, std::string& buffer) {
         for (;;) {

@@ -65,31 +65,10 @@ protected:
         engine_->stop();
     }
 
-    // A client socket from `source` (another loopback address stands for another client).
     int connect_client(const char* source = "127.0.0.1", int rcvbuf = 0) {
-        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-        if (rcvbuf > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-        sockaddr_in local{};
-        local.sin_family = AF_INET;
-        ::inet_pton(AF_INET, source, &local.sin_addr);
-        EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local), 0);
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_port = htons(uint16_t(http_->port()));
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-        timeval tv{10, 0};
-        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        return fd;
+        return test::connect_loopback(http_->port(), source, rcvbuf);
     }
-    static void send_all(int fd, const std::string& s) {
-        size_t sent = 0;
-        while (sent < s.size()) {
-            const ssize_t n = ::send(fd, s.data() + sent, s.size() - sent, MSG_NOSIGNAL);
-            ASSERT_GT(n, 0);
-            sent += size_t(n);
-        }
-    }
+    static void send_all(int fd, const std::string& s) { test::send_all(fd, s); }
     // Everything until the server closes (or `until` appears, or the receive timeout).
     static std::string read_until(int fd, const std::string& until = "") {
         std::string got;
