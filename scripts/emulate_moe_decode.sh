@@ -21,6 +21,7 @@ k="$root/src/kernels/cuda"
   sed -n '/^struct Mxfp4Experts {/,/^};/p' "$k/moe_mlp_mxfp4.h"
   sed -n '/^__host__ __device__ inline int moe_u_column/,/^}/p' "$k/moe_mlp_mxfp4.h"
   sed -n '/^struct MoeDecodeArgs {/,/^};/p' "$k/moe_decode.h"
+  sed -n '/^__device__ __forceinline__ bool topk_ranks_before/,/^}  \/\/ namespace osprey::cuda/p' "$k/moe_topk.cuh" | sed '$d'
   echo '}  // namespace osprey::cuda'
   sed -n '/^namespace osprey::cuda {/,$p' "$k/moe_decode.cu" |
     sed 's/extern __shared__ __align__(16) uint8_t smem\[\];/uint8_t* smem = g_dyn_smem;/'

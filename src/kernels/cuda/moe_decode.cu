@@ -33,6 +33,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_route.h"
+#include "kernels/cuda/moe_topk.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -151,62 +152,13 @@ __device__ __forceinline__ void compute_step(const Chunk& ch, const uint4* b, fl
     }
 }
 
-// True when (v, e) ranks before (best_v, best_e): larger logit, then lower id (as moe_route.cu).
-__device__ __forceinline__ bool ranks_before(float v, int e, float best_v, int best_e) {
-    if (e < 0) return false;
-    if (best_e < 0) return true;
-    return v > best_v || (v == best_v && e < best_e);
-}
-
 // Fills rt for the whole CTA (ends with __syncthreads). Bit-identical to moe_route_topk.
 __device__ void route(const Params& p, Routing& rt) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp < p.n_tokens) {
         const int t = warp;
-        const float* logits = p.router + size_t(t) * p.n_experts;
-        float v[kMaxPerLane];
-        int id[kMaxPerLane];
-#pragma unroll
-        for (int i = 0; i < kMaxPerLane; ++i) {
-            const int e = lane + i * 32;
-            id[i] = e < p.n_experts ? e : -1;
-            v[i] = -INFINITY;
-            if (e < p.n_experts) {
-                const float x = logits[e];
-                v[i] = x != x ? -INFINITY : x;
-            }
-        }
-        float top_v[kTopK];
-        int top_e[kTopK];
-#pragma unroll
-        for (int k = 0; k < kTopK; ++k) {
-            float best_v = -INFINITY;
-            int best_e = -1;
-#pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i)
-                if (ranks_before(v[i], id[i], best_v, best_e)) best_v = v[i], best_e = id[i];
-#pragma unroll
-            for (int o = 16; o > 0; o /= 2) {
-                const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-                const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-                if (ranks_before(ov, oe, best_v, best_e)) best_v = ov, best_e = oe;
-            }
-            top_v[k] = best_v, top_e[k] = best_e;
-#pragma unroll
-            for (int i = 0; i < kMaxPerLane; ++i)
-                if (id[i] == best_e) id[i] = -1;
-        }
-        if (lane == 0) {
-            float sum = 0.0f, pr[kTopK];
-#pragma unroll
-            for (int k = 0; k < kTopK; ++k) {
-                const float d = top_v[k] - top_v[0];
-                pr[k] = expf(d != d ? 0.0f : d);
-                sum += pr[k];
-            }
-#pragma unroll
-            for (int k = 0; k < kTopK; ++k) rt.ids[t * kTopK + k] = top_e[k], rt.w[t * kTopK + k] = pr[k] / sum;
-        }
+        warp_route_topk<kTopK, kMaxPerLane>(p.router + size_t(t) * p.n_experts, nullptr, p.n_experts,
+                                            rt.ids + t * kTopK, rt.w + t * kTopK);
     }
     __syncthreads();
     if (warp == 0) {  // distinct experts in increasing order

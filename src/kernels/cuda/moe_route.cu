@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/moe_topk.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -14,74 +15,17 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kPerLane = kMoeMaxExperts / kWarpSize;  // logits held by each lane
 
-// True when (v, e) ranks before (best_v, best_e): larger logit, then lower id. Empty and taken
-// slots carry id -1 and rank after everything.
-__device__ inline bool ranks_before(float v, int e, float best_v, int best_e) {
-    if (e < 0) return false;
-    if (best_e < 0) return true;
-    return v > best_v || (v == best_v && e < best_e);
-}
-
 template <int kTopK>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) moe_route_topk_kernel(const MoeRouteArgs a) {
     pdl_enter();  // launch.cuh: before any early return or global access
-    const int lane = threadIdx.x % kWarpSize;
     const int t = blockIdx.x * kWarpsPerBlock + threadIdx.x / kWarpSize;
     if (t >= a.n_tokens) return;
-    const float* logits = a.logits + size_t(t) * a.n_experts;  // [n_experts]
-
-    // Slot i holds expert lane + 32 i. A NaN logit becomes -inf (ranks below every number).
-    float v[kPerLane];
-    int id[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + i * kWarpSize;
-        id[i] = e < a.n_experts ? e : -1;
-        v[i] = -INFINITY;
-        if (e < a.n_experts) {
-            float x = logits[e];
-            if (a.bias) x += __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.bias)[e]);
-            v[i] = x != x ? -INFINITY : x;
-        }
-    }
-
-    float top_v[kTopK];
-    int top_e[kTopK];
-#pragma unroll
-    for (int k = 0; k < kTopK; ++k) {
-        float best_v = -INFINITY;
-        int best_e = -1;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i)
-            if (ranks_before(v[i], id[i], best_v, best_e)) best_v = v[i], best_e = id[i];
-#pragma unroll
-        for (int o = kWarpSize / 2; o > 0; o /= 2) {
-            const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-            if (ranks_before(ov, oe, best_v, best_e)) best_v = ov, best_e = oe;
-        }
-        top_v[k] = best_v, top_e[k] = best_e;
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i)
-            if (id[i] == best_e) id[i] = -1;  // taken
-    }
-
-    if (lane == 0) {
-        float sum = 0.0f, p[kTopK];
-#pragma unroll
-        for (int k = 0; k < kTopK; ++k) {
-            // top_v[0] is the largest; all -inf (n_experts >= top_k guarantees ids) gives exp(nan):
-            // guard so that a row of -inf logits routes uniformly instead of producing NaN.
-            const float d = top_v[k] - top_v[0];
-            p[k] = expf(d != d ? 0.0f : d);
-            sum += p[k];
-        }
-#pragma unroll
-        for (int k = 0; k < kTopK; ++k) {
-            a.expert_ids[size_t(t) * kTopK + k] = top_e[k];
-            a.expert_weights[size_t(t) * kTopK + k] = p[k] / sum;
-        }
-    }
+    int32_t* ids = a.expert_ids + size_t(t) * kTopK;
+    float* w = a.expert_weights + size_t(t) * kTopK;
+    static_assert(sizeof(int32_t) == sizeof(int));
+    warp_route_topk<kTopK, kPerLane>(a.logits + size_t(t) * a.n_experts,
+                                     reinterpret_cast<const __nv_bfloat16*>(a.bias), a.n_experts,
+                                     reinterpret_cast<int*>(ids), w);
 }
 
 }  // namespace
