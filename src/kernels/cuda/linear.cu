@@ -235,7 +235,6 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                  a.gemv_rows);
     const int tiles = rows / 8;
     const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in);
-    const int smem_limit = smem_optin();
     const GemvParams p{.y = a.y,
                        .x = a.x,
                        .w = a.w,
@@ -249,7 +248,6 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .accumulate = a.accumulate};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
-    (void)smem_limit;
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
             cuda::launch(gemv_kernel<kTiles, kF32>, grid, kGemvThreads, smem, stream, p);
