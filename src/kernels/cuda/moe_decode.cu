@@ -1,27 +1,35 @@
 // The decode MoE block in two launches (see moe_decode.h for the design and its bandwidth reasoning).
 //
-// Both kernels share one skeleton, templated on the projection:
+// Both kernels share one skeleton, templated on the projection. A CTA is one producer warp and
+// kConsumerWarps consumer warps; the grid has one CTA per SM (mlp1 and mlp2 fit side by side):
 //   1. route: every CTA recomputes top-4 + softmax of the T tokens (one warp per token, exactly as
 //      moe_route.cu) and the sorted list of distinct active experts ("slots" a = 0..n_active-1).
-//   2. work split: a unit is (slot a, m-tile of 16 weight rows); a unit has n_ks k-steps of 128
-//      inputs (4 MXFP4 groups). The S = n_active * n_mtiles * n_ks steps, unit-major, are cut into
-//      one contiguous range per warp of the grid: [S * gw / NW, S * (gw + 1) / NW). The grid is
-//      sized so that NW <= S for any routing (S >= 4 experts' worth), so no range is empty.
-//   3. weight stream: each lane keeps kPipe k-steps of raw weights in registers (ring buf[]), the
-//      load of step f + kPipe issued right after step f is consumed.
-//   4. activations: mlp1 stages h (all T tokens), mlp2 stages u of the (at most n_staged) experts
-//      its CTA's range touches, both in the lane-permuted fragment order:
-//          stage[step][quad i][lane = 4 * column + c][4 words], word w of quad i = elements
-//          (8i + w, 8i + w + 4) of group 4 * step + c (BF16 pair, lower element in the low half).
-//      mlp1 permutes h while staging; mlp1 writes u in moe_u_column order, which is that order.
-//   5. a unit completed inside one warp goes straight to the epilogue; otherwise each warp writes
-//      its partial accumulators (a "piece") to scratch, and the last to arrive (atomic counter per
-//      unit) adds all pieces in warp order, runs the epilogue and resets the counter.
+//   2. work split: a chunk is (slot a, m-tile of 16 weight rows, all n_in inputs): 16 consecutive
+//      rows of one expert, i.e. one contiguous run of MXFP4 blocks and one of scales. The
+//      n_active * n_mtiles chunks, slot-major, are cut into one contiguous range per CTA.
+//   3. weight stream: the producer warp's lane 0 copies each chunk (blocks, then scales) into a
+//      kStages-deep shared-memory ring with cp.async.bulk (the TMA engine: no registers, no
+//      per-lane address arithmetic), completion counted in bytes on the stage's "full" mbarrier;
+//      consumers release a stage on its "empty" mbarrier. Up to kStages chunks (~96 KB) per SM are
+//      in flight, enough to cover HBM latency at 1/132 of 4.64 TB/s.
+//   4. compute: consumer warp w takes k-steps w, w + kConsumerWarps, ... of every chunk (a k-step =
+//      4 MXFP4 groups of 32 inputs; lane (g, c) owns group 4 s + c of rows g and g + 8) and feeds
+//      mma.sync m16n8k16 (M = 16 weight rows, N = 8 tokens). Its activation fragments depend only
+//      on (token, k-step), so they are loaded once into registers (mlp1: once per kernel; mlp2:
+//      when the chunk's expert changes) in the lane-permuted order
+//          word w of quad i = elements (8i + w, 8i + w + 4) of the group (BF16 pair, lower element
+//          in the low half); mlp1 permutes h on load; mlp1 writes u in moe_u_column order, which is
+//          that order.
+//   5. the consumers' partial sums of a chunk meet in shared memory (double-buffered) after one
+//      named barrier; warp (chunk index mod kConsumerWarps) adds them in warp order and runs the
+//      epilogue: deterministic, no split across CTAs.
 //   6. epilogues: mlp1 adds b1, applies the clamped SwiGLU and stores u (BF16); mlp2 adds b2, stores
-//      y per routed row, and the last of the n_active units of an m-tile to arrive sums
+//      y per routed row, and the last of the n_active chunks of an m-tile to arrive sums
 //      out[t] = Σ_slot w · y[t, slot] in slot order (as moe_combine) and resets that counter.
-// mlp2 is launched with programmatic dependent launch: its routing and first weight loads run while
-// mlp1 drains; griddepcontrol.wait precedes every read of u and every write.
+// Programmatic dependent launch: mlp1 waits for its producers, then lets mlp2 launch at once. mlp2's
+// CTAs land beside mlp1's (shared memory and registers are sized for two per SM), route and fill
+// their rings with mlp2 weights while mlp1 streams; its consumers wait (griddepcontrol.wait) before
+// reading u or writing anything.
 //
 // scripts/emulate_moe_decode.sh runs this file's device code on the CPU (tests/kernels/emu): the
 // parts under #ifndef OSPREY_CUDA_EMULATION are what the emulation replaces (PTX, launches).
@@ -30,6 +38,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_route.h"
@@ -41,14 +50,17 @@ namespace {
 
 constexpr int kMaxTokens = kMoeDecodeMaxTokens;
 constexpr int kTopK = 4;
-constexpr int kWarps = 8;
+constexpr int kConsumerWarps = 8;
+constexpr int kWarps = kConsumerWarps + 1;  // + the producer warp
+constexpr int kProducerWarp = kConsumerWarps;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kCtasPerSm = 2;
-constexpr int kPipe = 4;                        // k-steps of weights in flight per lane
+constexpr int kStages = 4;                      // ring depth (chunks)
+constexpr int kRows = 16;                       // weight rows per chunk (one mma m-tile)
 constexpr int kGroupsPerStep = 4;               // MXFP4 groups per k-step: group 4 s + c for lane quad c
-constexpr int kStepBytes = 4 * 32 * 16;         // staged activations per k-step (4 quads x 32 lanes x 16 B)
+constexpr int kMaxStepsPerWarp = 3;             // activation fragments a consumer keeps in registers
+constexpr int kMaxGroups = kGroupsPerStep * kMaxStepsPerWarp * kConsumerWarps;  // n_in <= 3072
 constexpr int kMaxActive = kTopK * kMaxTokens;  // distinct experts of a batch at most
-constexpr int kPieceFloats = 4 * 32;            // one warp's 16 x 8 accumulators
+constexpr int kRedFloats = kConsumerWarps * 128;  // one chunk's partial sums, [warp][4][32 lanes]
 constexpr int kMaxPerLane = kMoeMaxExperts / 32;
 // Decoded weights are FP4 · 2^(scale - 159): the BF16 multiplier 2^(scale - 33) has exponent field
 // scale + 94 (valid for scale <= 160); the accumulators are multiplied back by 2^32.
@@ -68,11 +80,9 @@ struct Params {
     __nv_bfloat16* u;           // mlp1: [kMaxTokens * 4, n_out / 2] routed row t * 4 + slot
     float* y;                   // mlp2: [kMaxTokens * 4, n_out] per routed row, bias included
     float* out;                 // mlp2: [T, n_out]
-    float* pieces;              // [warps of the grid, 2, kPieceFloats] split-unit partial sums
-    int* unit_count;            // [kMaxActive * n_mtiles] arrivals per unit (zero between calls)
     int* tile_count;            // mlp2: [n_mtiles] arrivals per output m-tile (zero between calls)
     int n_tokens, n_experts, n_in, n_out, n_groups, n_ks, n_mtiles;
-    int n_staged;  // mlp2: expert buffers of staged u per CTA
+    int stage_bytes;            // one ring stage: a chunk's blocks then its scales, 128-byte multiple
     float alpha, limit;
 };
 
@@ -93,6 +103,8 @@ struct Chunk {
 };
 
 #ifndef OSPREY_CUDA_EMULATION
+using mbar_t = uint64_t;
+
 __device__ __forceinline__ void griddep_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
@@ -100,13 +112,52 @@ __device__ __forceinline__ void griddep_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::);
 }
 
-// Streaming 16-byte load of data read once (weights): not kept in L1.
-__device__ __forceinline__ uint4 ldg_stream(const uint8_t* p) {
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(mbar_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (the bulk copies' completions).
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Returns once the phase of `bar` with this parity has completed.
+__device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+// bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+// Named barrier 1 over the consumer warps only (the producer warp never joins it).
+__device__ __forceinline__ void consumer_sync() {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");
+}
+__device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) {
+    return *reinterpret_cast<const uint4*>(p);
+}
+// Activations written by the previous kernel: through L2 only (never a stale L1 line).
+__device__ __forceinline__ uint4 ld_act16(const __nv_bfloat16* p) {
+    return __ldcg(reinterpret_cast<const uint4*>(p));
 }
 
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
@@ -133,9 +184,9 @@ __device__ __forceinline__ void decode_fp4x8(uint32_t w, uint32_t scale2, uint32
     r[3] = bf16x2_mul(fp4_pair(hi & 0x00F000F0u, 260u), scale2);
 }
 
-// One k-step: 8 mma over the lane's 32 elements of rows g and g + 8 (A) and the staged activations
-// b = stage[step][quad][lane] (B). Two accumulator sets halve the mma dependency chain.
-__device__ __forceinline__ void compute_step(const Chunk& ch, const uint4* b, float (&acc0)[4], float (&acc1)[4]) {
+// One k-step: 8 mma over the lane's 32 elements of rows g and g + 8 (A) and its activation
+// fragments x[quad] (B). Two accumulator sets halve the mma dependency chain.
+__device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4], float (&acc0)[4], float (&acc1)[4]) {
     const uint32_t sa = (ch.sa + kScaleExponentBias) * 0x00800080u;
     const uint32_t sb = (ch.sb + kScaleExponentBias) * 0x00800080u;
     const uint32_t wa[4] = {ch.wa.x, ch.wa.y, ch.wa.z, ch.wa.w};
@@ -145,10 +196,9 @@ __device__ __forceinline__ void compute_step(const Chunk& ch, const uint4* b, fl
         uint32_t ra[4], rb[4];
         decode_fp4x8(wa[i], sa, ra);
         decode_fp4x8(wb[i], sb, rb);
-        const uint4 x = b[i * 32];
         // A: a0 = (row g, k 2c..2c+1), a1 = (row g+8, same k), a2 = (row g, k 2c+8..2c+9), a3 = (row g+8).
-        mma_bf16(acc0, ra[0], rb[0], ra[1], rb[1], x.x, x.y);
-        mma_bf16(acc1, ra[2], rb[2], ra[3], rb[3], x.z, x.w);
+        mma_bf16(acc0, ra[0], rb[0], ra[1], rb[1], x[i].x, x[i].y);
+        mma_bf16(acc1, ra[2], rb[2], ra[3], rb[3], x[i].z, x[i].w);
     }
 }
 
@@ -190,96 +240,10 @@ __device__ void route(const Params& p, Routing& rt) {
     __syncthreads();
 }
 
-// The position of a lane's weights in the flattened step list, advanced one k-step at a time.
-struct StepCursor {
-    int slot, mtile, step;
-
-    __device__ void init(int64_t f, const Params& p) {
-        const int64_t unit = f / p.n_ks;
-        step = int(f - unit * p.n_ks);
-        slot = int(unit / p.n_mtiles);
-        mtile = int(unit - int64_t(slot) * p.n_mtiles);
-    }
-    __device__ void next_unit(const Params& p) {
-        step = 0;
-        if (++mtile == p.n_mtiles) mtile = 0, ++slot;
-    }
-};
-
-struct WeightStream {
-    StepCursor at;
-    const uint8_t* blk;  // row g's group c of the current unit (k-step 0)
-    const uint8_t* sc;   // row g's scale of group c (k-step 0)
-    size_t blk8, sc8;    // offsets of row g + 8
-
-    __device__ void seek_row(const Params& p, const Routing& rt, int g, int c) {
-        if (at.slot >= rt.n_active) return;  // past the last unit: never loaded
-        const size_t row = size_t(rt.active[at.slot]) * p.n_out + at.mtile * 16 + g;
-        blk = p.blocks + (row * p.n_groups + c) * 16;
-        sc = p.scales + row * p.n_groups + c;
-    }
-    __device__ void load(Chunk& ch, const Params& p, int c) const {
-        if (kGroupsPerStep * at.step + c < p.n_groups) {
-            ch.wa = ldg_stream(blk + at.step * (kGroupsPerStep * 16));
-            ch.wb = ldg_stream(blk + blk8 + at.step * (kGroupsPerStep * 16));
-            ch.sa = __ldg(sc + at.step * kGroupsPerStep);
-            ch.sb = __ldg(sc + sc8 + at.step * kGroupsPerStep);
-        } else {  // past the last group of the row: zero weights (the staged activations are zero too)
-            ch.wa = ch.wb = make_uint4(0u, 0u, 0u, 0u);
-            ch.sa = ch.sb = 0u;
-        }
-    }
-    __device__ void advance(const Params& p, const Routing& rt, int g, int c) {
-        if (++at.step == p.n_ks) {
-            at.next_unit(p);
-            seek_row(p, rt, g, c);
-        }
-    }
-};
-
 __device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
     gate = fminf(gate, limit);
     up = fminf(fmaxf(up, -limit), limit);
     return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
-}
-
-// Warp-level split bookkeeping of one kernel launch.
-struct Split {
-    int64_t S;  // steps
-    int n_warps, n_ks;
-    __device__ int64_t first_step(int w) const { return S * w / n_warps; }
-    // The warp whose range holds step f (ranges are non-empty: n_warps <= S).
-    __device__ int warp_of(int64_t f) const { return int(((f + 1) * n_warps - 1) / S); }
-    // Piece slot of unit u in warp w's scratch: 0 when u is the warp's first unit, else 1 (its last).
-    __device__ int piece_slot(int w, int64_t u) const { return u == first_step(w) / n_ks ? 0 : 1; }
-};
-
-// Completes unit u's accumulators acc over its k-steps [s_begin, s_end) of this warp. Returns true
-// (with acc = the whole unit's sum) when this warp must run the epilogue.
-__device__ bool complete_unit(const Params& p, const Split& sp, int gw, int64_t u, int s_begin, int s_end,
-                              float (&acc)[4]) {
-    if (s_begin == 0 && s_end == p.n_ks) return true;
-    const int lane = threadIdx.x % 32;
-    float* mine = p.pieces + (size_t(gw) * 2 + sp.piece_slot(gw, u)) * kPieceFloats;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) __stcg(mine + j * 32 + lane, acc[j]);
-    __threadfence();
-    __syncwarp();
-    const int w_first = sp.warp_of(u * p.n_ks), w_last = sp.warp_of((u + 1) * p.n_ks - 1);
-    int arrived = 0;
-    if (lane == 0) arrived = atomicAdd(p.unit_count + u, 1);
-    arrived = __shfl_sync(0xffffffffu, arrived, 0);
-    if (arrived != w_last - w_first) return false;  // another piece is still missing
-    __threadfence();
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[j] = 0.0f;
-    for (int w = w_first; w <= w_last; ++w) {  // in k order, whoever arrived last
-        const float* piece = p.pieces + (size_t(w) * 2 + sp.piece_slot(w, u)) * kPieceFloats;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[j] += __ldcg(piece + j * 32 + lane);
-    }
-    if (lane == 0) p.unit_count[u] = 0;  // every arrival of this launch is in: ready for the next call
-    return true;
 }
 
 // acc: rows (mt * 16 + g, + 8) x columns (2c, 2c + 1) of active slot a, scaled by 2^-32.
@@ -339,148 +303,150 @@ __device__ void epilogue_mlp2(const Params& p, const Routing& rt, int a, int mt,
     if (lane == 0) p.tile_count[mt] = 0;
 }
 
-// Stages one activation row (column `col` of the B operand) into `stage` in fragment order; groups
-// past n_groups (up to the k-step boundary) are zero. mlp1 rows are in natural order and get
-// paired (i, i + 4) here; mlp2 rows (u) are stored paired already.
+// This consumer lane's activation fragments for its k-steps (warp + kConsumerWarps * j): column g
+// of the B operand is token g (mlp1, h in natural order, paired here) or the g-th routed row of
+// active expert a (mlp2, u stored paired). Columns past the batch and groups past n_groups are zero.
 template <Proj kProj>
-__device__ void stage_rows(const Params& p, uint4* stage, int n_cols, const int8_t* col_row) {
-    const int n_quads = p.n_ks * kGroupsPerStep * 4;  // 16-byte quads per staged row
-    for (int i = threadIdx.x; i < n_cols * n_quads; i += kThreads) {
-        const int col = i / n_quads, rem = i - col * n_quads;
-        const int group = rem / 4, quad = rem % 4;
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (group < p.n_groups) {
-            const int src_row = kProj == Proj::mlp1 ? col : col_row[col];
-            const uint4 x = *reinterpret_cast<const uint4*>(p.act + size_t(src_row) * p.n_in + group * 32 + quad * 8);
-            if constexpr (kProj == Proj::mlp1) {  // (e0 e1)(e2 e3)(e4 e5)(e6 e7) -> (e0 e4)(e1 e5)(e2 e6)(e3 e7)
-                v.x = __byte_perm(x.x, x.z, 0x5410), v.y = __byte_perm(x.x, x.z, 0x7632);
-                v.z = __byte_perm(x.y, x.w, 0x5410), v.w = __byte_perm(x.y, x.w, 0x7632);
-            } else {
-                v = x;
+__device__ void load_activations(const Params& p, const Routing& rt, int a, uint4 (&x)[kMaxStepsPerWarp][4]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
+    int src_row = -1;
+    if constexpr (kProj == Proj::mlp1) {
+        src_row = g < p.n_tokens ? g : -1;
+    } else {
+        src_row = g < rt.count[a] ? rt.col_row[a][g] : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kMaxStepsPerWarp; ++j) {
+        const int group = (warp + kConsumerWarps * j) * kGroupsPerStep + c;
+        const bool valid = src_row >= 0 && group < p.n_groups;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (valid) {
+                const uint4 q = ld_act16(p.act + size_t(src_row) * p.n_in + group * 32 + i * 8);
+                if constexpr (kProj == Proj::mlp1) {  // (e0 e1)(e2 e3)(e4 e5)(e6 e7) -> (e0 e4)(e1 e5)(e2 e6)(e3 e7)
+                    v.x = __byte_perm(q.x, q.z, 0x5410), v.y = __byte_perm(q.x, q.z, 0x7632);
+                    v.z = __byte_perm(q.y, q.w, 0x5410), v.w = __byte_perm(q.y, q.w, 0x7632);
+                } else {
+                    v = q;
+                }
             }
+            x[j][i] = v;
         }
-        const int step = group / kGroupsPerStep, c = group % kGroupsPerStep;
-        stage[(step * 4 + quad) * 32 + col * 4 + c] = v;
     }
 }
 
 template <Proj kProj>
-__global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const Params p) {
-    extern __shared__ __align__(16) uint8_t smem[];  // staged activations: [n_staged or 1][n_ks][kStepBytes]
+__global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p) {
+    extern __shared__ __align__(128) uint8_t smem[];  // [kStages][stage_bytes] ring, then [2][kRedFloats]
     __shared__ Routing rt;
-    if constexpr (kProj == Proj::mlp1) griddep_launch_dependents();  // mlp2 may start its prologue
-
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
-    route(p, rt);  // reads only the router logits (written before mlp1 started)
-
-    Split sp;
-    sp.S = int64_t(rt.n_active) * p.n_mtiles * p.n_ks;
-    sp.n_warps = gridDim.x * kWarps;
-    sp.n_ks = p.n_ks;
-    const int gw = blockIdx.x * kWarps + warp;
-    const int64_t f0 = sp.first_step(gw), f1 = sp.first_step(gw + 1);
-
-    // First kPipe k-steps of weights in flight before anything else.
-    WeightStream ws{};
-    ws.blk8 = size_t(8) * p.n_groups * 16, ws.sc8 = size_t(8) * p.n_groups;
-    ws.at.init(f0, p);
-    ws.seek_row(p, rt, g, c);
-    Chunk buf[kPipe];
-#pragma unroll
-    for (int d = 0; d < kPipe; ++d) {
-        if (f0 + d < f1) {
-            ws.load(buf[d], p, c);
-            ws.advance(p, rt, g, c);
-        }
-    }
-
-    // Activations.
-    int slot_lo = 0;
+    __shared__ mbar_t full[kStages], empty[kStages];
     if constexpr (kProj == Proj::mlp1) {
-        stage_rows<kProj>(p, reinterpret_cast<uint4*>(smem), p.n_tokens, nullptr);
-    } else {
-        griddep_wait();  // u (and the counters, scratch) belong to mlp1 until it has finished
-        const int64_t cta_f0 = sp.first_step(blockIdx.x * kWarps), cta_f1 = sp.first_step((blockIdx.x + 1) * kWarps);
-        slot_lo = int(cta_f0 / p.n_ks / p.n_mtiles);
-        const int slot_hi = int((cta_f1 - 1) / p.n_ks / p.n_mtiles);
-        if (slot_hi - slot_lo + 1 > p.n_staged) __trap();  // the host's bound (moe_decode) is wrong
-        for (int a = slot_lo; a <= slot_hi; ++a)
-            stage_rows<kProj>(p, reinterpret_cast<uint4*>(smem + size_t(a - slot_lo) * p.n_ks * kStepBytes),
-                              rt.count[a], rt.col_row[a]);
+        griddep_wait();               // the router logits (and every earlier kernel) are complete
+        griddep_launch_dependents();  // mlp2 may land beside us now and prefetch its weights
     }
-    __syncthreads();
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumerWarps);
+        mbar_init_fence();
+    }
+    route(p, rt);  // reads only the router logits (complete before mlp1 passed its wait); ends with __syncthreads
 
-    // Main loop: unit by unit; inside a unit, k-steps through the register ring (buf[d] with a
-    // compile-time d: the ring position is matched against each unrolled d).
-    StepCursor cur;
-    cur.init(f0, p);
-    int64_t f = f0;
-    int ring = 0;
-    while (f < f1) {
-        const int s_begin = cur.step;
-        int left = int(std::min<int64_t>(p.n_ks - s_begin, f1 - f));
-        const int buffer = kProj == Proj::mlp1 ? 0 : cur.slot - slot_lo;  // mlp1: h serves every expert
-        const uint4* stage = reinterpret_cast<const uint4*>(smem + size_t(buffer) * p.n_ks * kStepBytes) + lane;
+    const int64_t n_chunks = int64_t(rt.n_active) * p.n_mtiles;
+    const int64_t first = n_chunks * blockIdx.x / gridDim.x;
+    const int n_mine = int(n_chunks * (blockIdx.x + 1) / gridDim.x - first);
+    const uint32_t blk_bytes = uint32_t(kRows * p.n_groups * 16), sc_bytes = uint32_t(kRows * p.n_groups);
+
+    if (warp == kProducerWarp) {
+        if (lane != 0) return;
+        for (int i = 0; i < n_mine; ++i) {
+            const int s = i % kStages;
+            if (i >= kStages) mbar_wait(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
+            const int64_t chunk = first + i;
+            const int a = int(chunk / p.n_mtiles), mt = int(chunk - int64_t(a) * p.n_mtiles);
+            const size_t row = size_t(rt.active[a]) * p.n_out + size_t(mt) * kRows;
+            uint8_t* dst = smem + size_t(s) * p.stage_bytes;
+            mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes);
+            bulk_copy(dst, p.blocks + row * p.n_groups * 16, blk_bytes, &full[s]);
+            bulk_copy(dst + blk_bytes, p.scales + row * p.n_groups, sc_bytes, &full[s]);
+        }
+        return;
+    }
+
+    // Consumers.
+    const int g = lane / 4, c = lane % 4;
+    if constexpr (kProj == Proj::mlp2) griddep_wait();  // u, y, out and the counters belong to mlp1 until now
+    uint4 x[kMaxStepsPerWarp][4];
+    int x_slot = -1;
+    if constexpr (kProj == Proj::mlp1) load_activations<kProj>(p, rt, 0, x);
+    float* red_base = reinterpret_cast<float*>(smem + size_t(kStages) * p.stage_bytes);
+    for (int i = 0; i < n_mine; ++i) {
+        const int s = i % kStages;
+        const int64_t chunk = first + i;
+        const int a = int(chunk / p.n_mtiles), mt = int(chunk - int64_t(a) * p.n_mtiles);
+        if constexpr (kProj == Proj::mlp2) {
+            if (a != x_slot) load_activations<kProj>(p, rt, a, x), x_slot = a;
+        }
+        mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
+        const uint8_t* blk = smem + size_t(s) * p.stage_bytes;  // [16 rows][n_groups][16 B]
+        const uint8_t* sc = blk + blk_bytes;                    // [16 rows][n_groups]
         float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        int s = s_begin;
-        while (left > 0) {
 #pragma unroll
-            for (int d = 0; d < kPipe; ++d) {
-                if (d == ring && left > 0) {
-                    compute_step(buf[d], stage + s * 128, acc0, acc1);
-                    if (f + kPipe < f1) {
-                        ws.load(buf[d], p, c);
-                        ws.advance(p, rt, g, c);
-                    }
-                    ++s, ++f, --left;
-                    ring = d + 1 == kPipe ? 0 : d + 1;
+        for (int j = 0; j < kMaxStepsPerWarp; ++j) {
+            const int step = warp + kConsumerWarps * j;
+            if (step < p.n_ks) {  // uniform across the warp
+                const int group = step * kGroupsPerStep + c;
+                Chunk ch;
+                if (group < p.n_groups) {
+                    ch.wa = ld_shared16(blk + (g * p.n_groups + group) * 16);
+                    ch.wb = ld_shared16(blk + ((g + 8) * p.n_groups + group) * 16);
+                    ch.sa = sc[g * p.n_groups + group];
+                    ch.sb = sc[(g + 8) * p.n_groups + group];
+                } else {  // past the last group of the rows: zero weights (the activations are zero too)
+                    ch.wa = ch.wb = make_uint4(0u, 0u, 0u, 0u);
+                    ch.sa = ch.sb = 0u;
                 }
+                compute_step(ch, x[j], acc0, acc1);
             }
         }
-        float acc[4];
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);  // this warp's reads of the stage are done
+
+        float* red = red_base + (i & 1) * kRedFloats;  // double-buffered: see the note at the top
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[j] = acc0[j] + acc1[j];
-        const int64_t u = int64_t(cur.slot) * p.n_mtiles + cur.mtile;
-        if (complete_unit(p, sp, gw, u, s_begin, s, acc)) {
+        for (int j = 0; j < 4; ++j) red[warp * 128 + j * 32 + lane] = acc0[j] + acc1[j];
+        consumer_sync();
+        if (warp == i % kConsumerWarps) {
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int w = 0; w < kConsumerWarps; ++w)  // in warp order: deterministic
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[j] += red[w * 128 + j * 32 + lane];
             if constexpr (kProj == Proj::mlp1) {
-                epilogue_mlp1(p, rt, cur.slot, cur.mtile, acc);
+                epilogue_mlp1(p, rt, a, mt, acc);
             } else {
-                epilogue_mlp2(p, rt, cur.slot, cur.mtile, acc);
+                epilogue_mlp2(p, rt, a, mt, acc);
             }
         }
-        cur.next_unit(p);
     }
 }
 
 // Workspace layout (offsets in bytes, each part 256-byte aligned).
 struct Layout {
-    size_t u, y, pieces, count1, count2, tiles, total;
+    size_t u, y, tiles, total;
 };
 
 size_t align256(size_t n) {
     return (n + 255) / 256 * 256;
 }
 
-// max_ctas: the most CTAs a projection's grid may have (kCtasPerSm per SM).
-Layout layout(int n_experts, int d_model, int d_ff, int max_ctas) {
-    const int max_active = std::min(n_experts, kMaxActive);
+Layout layout(int d_model, int d_ff) {
     Layout l{};
     size_t at = 0;
     l.u = at, at += align256(sizeof(bf16) * kMaxTokens * kTopK * d_ff);
     l.y = at, at += align256(sizeof(float) * kMaxTokens * kTopK * d_model);
-    l.pieces = at, at += align256(sizeof(float) * size_t(max_ctas) * kWarps * 2 * kPieceFloats);
-    l.count1 = at, at += align256(sizeof(int) * size_t(max_active) * (2 * d_ff / 16));
-    l.count2 = at, at += align256(sizeof(int) * size_t(max_active) * (d_model / 16));
     l.tiles = at, at += align256(sizeof(int) * size_t(d_model / 16));
     l.total = at;
     return l;
-}
-
-// CTAs of a projection: at most max_ctas, and few enough that every warp gets at least one k-step
-// when only top_k experts are active (the fewest possible).
-int grid_for(int n_mtiles, int n_ks, int max_ctas) {
-    const int64_t min_steps = int64_t(kTopK) * n_mtiles * n_ks;
-    return int(std::max<int64_t>(1, std::min<int64_t>(max_ctas, min_steps / kWarps)));
 }
 
 bool aligned16(const void* ptr) {
@@ -496,16 +462,18 @@ void check_args(const MoeDecodeArgs& a) {
     OSPREY_CHECK(a.d_model > 0 && a.d_model % 32 == 0 && a.d_ff > 0 && a.d_ff % 32 == 0,
                  "moe_decode: d_model = ", a.d_model, " and d_ff = ", a.d_ff,
                  " must be positive multiples of 32 (the MXFP4 group)");
+    OSPREY_CHECK(a.d_model <= 32 * kMaxGroups && a.d_ff <= 32 * kMaxGroups, "moe_decode: d_model = ", a.d_model,
+                 " and d_ff = ", a.d_ff, " must be at most ", 32 * kMaxGroups,
+                 " (the activation fragments a consumer warp keeps in registers)");
     if (a.n_tokens == 0) return;
     OSPREY_CHECK(a.out && a.router && a.h && a.workspace, "moe_decode: null pointer");
     for (const Mxfp4Experts* w : {&a.mlp1, &a.mlp2}) {
         OSPREY_CHECK(w->blocks && w->scales && w->bias, "moe_decode: null expert weights");
-        OSPREY_CHECK(aligned16(w->blocks), "moe_decode: expert blocks must be 16-byte aligned");
+        OSPREY_CHECK(aligned16(w->blocks) && aligned16(w->scales),
+                     "moe_decode: expert blocks and scales must be 16-byte aligned (bulk copies)");
     }
     OSPREY_CHECK(aligned16(a.h), "moe_decode: h must be 16-byte aligned");
     OSPREY_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0, "moe_decode: workspace must be 256-byte aligned");
-    // Counters and unit indices are 32-bit.
-    OSPREY_CHECK(int64_t(kMaxActive) * (2 * a.d_ff / 16) < (int64_t(1) << 30), "moe_decode: d_ff too large");
 }
 
 // The two launches' parameters, grids and dynamic shared memory, for a checked non-empty batch.
@@ -515,10 +483,15 @@ struct Plan {
     size_t smem1, smem2;
 };
 
+int stage_bytes_for(int n_groups) {
+    return (kRows * n_groups * 17 + 127) / 128 * 128;
+}
+
+// max_ctas: CTAs per projection (one per SM). Fewer when the fewest possible chunks (top_k
+// experts' m-tiles) are fewer, so that no CTA is idle for any routing.
 Plan plan(const MoeDecodeArgs& a, int max_ctas) {
-    const Layout l = layout(a.n_experts, a.d_model, a.d_ff, max_ctas);
+    const Layout l = layout(a.d_model, a.d_ff);
     uint8_t* ws = static_cast<uint8_t*>(a.workspace);
-    const int max_active = std::min(a.n_experts, kTopK * a.n_tokens);
     Plan pl{};
     Params& p1 = pl.p1;
     p1.blocks = a.mlp1.blocks, p1.scales = a.mlp1.scales;
@@ -526,13 +499,11 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
     p1.router = a.router;
     p1.act = reinterpret_cast<const __nv_bfloat16*>(a.h);
     p1.u = reinterpret_cast<__nv_bfloat16*>(ws + l.u);
-    p1.pieces = reinterpret_cast<float*>(ws + l.pieces);
-    p1.unit_count = reinterpret_cast<int*>(ws + l.count1);
     p1.n_tokens = a.n_tokens, p1.n_experts = a.n_experts;
     p1.n_in = a.d_model, p1.n_out = 2 * a.d_ff, p1.n_groups = a.d_model / 32;
     p1.n_ks = (p1.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
-    p1.n_mtiles = p1.n_out / 16;
-    p1.n_staged = 1;
+    p1.n_mtiles = p1.n_out / kRows;
+    p1.stage_bytes = stage_bytes_for(p1.n_groups);
     p1.alpha = a.swiglu_alpha, p1.limit = a.swiglu_limit;
 
     Params& p2 = pl.p2;
@@ -543,34 +514,27 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
     p2.u = nullptr;
     p2.y = reinterpret_cast<float*>(ws + l.y);
     p2.out = a.out;
-    p2.unit_count = reinterpret_cast<int*>(ws + l.count2);
     p2.tile_count = reinterpret_cast<int*>(ws + l.tiles);
     p2.n_in = a.d_ff, p2.n_out = a.d_model, p2.n_groups = a.d_ff / 32;
     p2.n_ks = (p2.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
-    p2.n_mtiles = p2.n_out / 16;
+    p2.n_mtiles = p2.n_out / kRows;
+    p2.stage_bytes = stage_bytes_for(p2.n_groups);
 
-    pl.grid1 = grid_for(p1.n_mtiles, p1.n_ks, max_ctas);
-    pl.grid2 = grid_for(p2.n_mtiles, p2.n_ks, max_ctas);
-    // Experts a CTA of mlp2 can touch: its range has at most ceil(S / grid) steps, i.e. at most
-    // ceil(steps / n_ks) + 1 units, i.e. at most ceil(units / n_mtiles) + 1 experts.
-    const int64_t s_max = int64_t(max_active) * p2.n_mtiles * p2.n_ks;
-    const int64_t steps = (s_max + pl.grid2 - 1) / pl.grid2;
-    const int64_t units = (steps + p2.n_ks - 1) / p2.n_ks + 1;
-    p2.n_staged = int(std::min<int64_t>(max_active, (units + p2.n_mtiles - 1) / p2.n_mtiles + 1));
-    pl.smem1 = size_t(p1.n_ks) * kStepBytes;
-    pl.smem2 = size_t(p2.n_staged) * p2.n_ks * kStepBytes;
+    pl.grid1 = std::max(1, std::min(max_ctas, kTopK * p1.n_mtiles));
+    pl.grid2 = std::max(1, std::min(max_ctas, kTopK * p2.n_mtiles));
+    pl.smem1 = size_t(kStages) * p1.stage_bytes + 2 * kRedFloats * sizeof(float);
+    pl.smem2 = size_t(kStages) * p2.stage_bytes + 2 * kRedFloats * sizeof(float);
     return pl;
 }
 
 #ifndef OSPREY_CUDA_EMULATION
 int max_ctas() {
-    static const int n = kCtasPerSm * sm_count();
+    static const int n = sm_count();
     return n;
 }
 
 // Dynamic shared memory a block of either kernel may have: the opt-in limit less the kernels' static
-// shared memory (the Routing block and whatever else the compiler placed there; asking for more is
-// cudaErrorInvalidValue).
+// shared memory (the Routing block and the barriers; asking for more is cudaErrorInvalidValue).
 size_t smem_limit() {
     static const size_t n = [] {
         int device = 0, max_optin = 0;
@@ -587,15 +551,33 @@ size_t smem_limit() {
     return n;
 }
 
-// Opts both kernels in, once, to all the dynamic shared memory a block may have. Called before any
-// graph capture (by moe_decode_workspace_bytes, which the owner calls when it sizes its workspace).
+// Opts both kernels in, once, to all the dynamic shared memory a block may have, with the largest
+// shared-memory carveout so that an mlp1 and an mlp2 CTA fit on one SM. Called before any graph
+// capture (by moe_decode_workspace_bytes, which the owner calls when it sizes its workspace).
 void configure() {
     static const bool done = [] {
-        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>})
+        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>}) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                            int(cudaSharedmemCarveoutMaxShared)));
+        }
         return true;
     }();
     (void)done;
+}
+
+void launch_kernel(void (*kernel)(Params), const Params& p, int grid, size_t smem, bool pdl, cudaStream_t stream) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
 #endif  // OSPREY_CUDA_EMULATION
 
@@ -605,7 +587,7 @@ void configure() {
 size_t moe_decode_workspace_bytes(int n_experts, int d_model, int d_ff) {
     OSPREY_CHECK(n_experts > 0 && d_model > 0 && d_ff > 0, "moe_decode_workspace_bytes: bad shape");
     configure();
-    return layout(n_experts, d_model, d_ff, max_ctas()).total;
+    return layout(d_model, d_ff).total;
 }
 
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
@@ -616,23 +598,12 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
                  ", d_ff = ", a.d_ff, " need ", pl.smem1, " / ", pl.smem2, " bytes of shared memory, the device has ",
                  smem_limit());
     configure();
-
-    moe_decode_kernel<Proj::mlp1><<<pl.grid1, kThreads, pl.smem1, stream>>>(pl.p1);
-    CUDA_CHECK(cudaGetLastError());
-
-    // mlp2 may start (routing, first weight loads) while mlp1 drains; it waits for mlp1 before
-    // touching u, the scratch and the counters.
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(pl.grid2);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = pl.smem2;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = a.pdl ? 1 : 0;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, moe_decode_kernel<Proj::mlp2>, pl.p2));
+    // Both with programmatic dependent launch (when enabled): mlp1 waits for the kernels before it
+    // (griddepcontrol.wait) before it reads anything; mlp2 streams its weights while mlp1 runs and
+    // waits for it before it touches u, the counters or its outputs.
+    const bool pdl = a.pdl && pdl_enabled();
+    launch_kernel(moe_decode_kernel<Proj::mlp1>, pl.p1, pl.grid1, pl.smem1, pdl, stream);
+    launch_kernel(moe_decode_kernel<Proj::mlp2>, pl.p2, pl.grid2, pl.smem2, pdl, stream);
 }
 #endif  // OSPREY_CUDA_EMULATION
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "core/bf16.h"
@@ -85,6 +86,60 @@ inline void __syncwarp() {
 namespace osprey::cuda {
 
 inline uint8_t* g_dyn_smem = nullptr;
+
+inline std::barrier<>* g_consumers = nullptr;  // named barrier 1 (the consumer warps)
+
+// mbarrier: pending arrivals and transaction bytes of the current phase; the phase flips when both
+// reach zero. cp.async.bulk is a memcpy followed by its byte count's completion.
+struct mbar_t {
+    std::mutex m;
+    int count = 0, pending = 0;
+    long tx = 0;
+    std::atomic<uint32_t> phase{0};
+    void complete_if_done() {
+        if (pending == 0 && tx == 0) pending = count, phase.fetch_add(1);
+    }
+};
+inline void mbar_init(mbar_t* b, uint32_t count) {
+    b->count = b->pending = int(count), b->tx = 0, b->phase = 0;
+}
+inline void mbar_init_fence() {}
+inline void mbar_arrive_expect_tx(mbar_t* b, uint32_t bytes) {
+    std::lock_guard<std::mutex> l(b->m);
+    b->tx += bytes, --b->pending;
+    b->complete_if_done();
+}
+inline void mbar_arrive(mbar_t* b) {
+    std::lock_guard<std::mutex> l(b->m);
+    --b->pending;
+    b->complete_if_done();
+}
+inline void mbar_wait(mbar_t* b, uint32_t parity) {
+    while ((b->phase.load() & 1u) == parity) std::this_thread::yield();
+}
+inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b) {
+    if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
+        std::fprintf(stderr, "bulk_copy: misaligned (%u bytes)\n", bytes);
+        std::abort();
+    }
+    std::memcpy(dst, src, bytes);
+    std::lock_guard<std::mutex> l(b->m);
+    b->tx -= bytes;
+    b->complete_if_done();
+}
+inline void consumer_sync() {
+    g_consumers->arrive_and_wait();
+}
+inline uint4 ld_shared16(const uint8_t* p) {
+    uint4 r;
+    std::memcpy(&r, p, 16);
+    return r;
+}
+inline uint4 ld_act16(const __nv_bfloat16* p) {
+    uint4 r;
+    std::memcpy(&r, p, 16);
+    return r;
+}
 
 inline void griddep_wait() {}
 inline void griddep_launch_dependents() {}
