@@ -20,12 +20,14 @@
 //          word w of quad i = elements (8i + w, 8i + w + 4) of the group (BF16 pair, lower element
 //          in the low half); mlp1 permutes h on load; mlp1 writes u in moe_u_column order, which is
 //          that order.
-//   5. the consumers' partial sums of a chunk meet in shared memory (double-buffered) after one
-//      named barrier; warp (chunk index mod kConsumerWarps) adds them in warp order and runs the
-//      epilogue: deterministic, no split across CTAs.
-//   6. epilogues: mlp1 adds b1, applies the clamped SwiGLU and stores u (BF16); mlp2 adds b2, stores
-//      y per routed row, and the last of the n_active chunks of an m-tile to arrive sums
-//      out[t] = Σ_slot w · y[t, slot] in slot order (as moe_combine) and resets that counter.
+//   5. the consumers' partial sums of a chunk meet in shared memory (a ring of kRedBufs buffers with
+//      full/empty mbarriers); warp (chunk index mod kConsumerWarps), the chunk's finisher, adds them
+//      in warp order and runs the epilogue: deterministic, no split across CTAs, and no warp waits
+//      for another's epilogue (the finisher rotates, so its global latency is spread over the ring).
+//   6. epilogues (no global reads: the chunk's biases come through the ring): mlp1 adds b1, applies
+//      the clamped SwiGLU and stores u (BF16); mlp2 adds b2 and stores y per routed row. The
+//      weighted sum over the 4 slots is left to the consumer of the MoE output (rmsnorm's moe_y /
+//      moe_w, or moe_combine when the caller asks for `out`); mlp1's CTA 0 stores the weights.
 // Programmatic dependent launch: mlp1 waits for its producers, then lets mlp2 launch at once. mlp2's
 // CTAs land beside mlp1's (shared memory and registers are sized for two per SM), route and fill
 // their rings with mlp2 weights while mlp1 streams; its consumers wait (griddepcontrol.wait) before
@@ -40,6 +42,7 @@
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/moe_topk.cuh"
@@ -61,6 +64,8 @@ constexpr int kMaxStepsPerWarp = 3;             // activation fragments a consum
 constexpr int kMaxGroups = kGroupsPerStep * kMaxStepsPerWarp * kConsumerWarps;  // n_in <= 3072
 constexpr int kMaxActive = kTopK * kMaxTokens;  // distinct experts of a batch at most
 constexpr int kRedFloats = kConsumerWarps * 128;  // one chunk's partial sums, [warp][4][32 lanes]
+constexpr int kRedBufs = 3;                       // partial-sum buffers in flight
+constexpr int kBiasBytes = kRows * 2;             // a chunk's BF16 biases
 constexpr int kMaxPerLane = kMoeMaxExperts / 32;
 // Decoded weights are FP4 · 2^(scale - 159): the BF16 multiplier 2^(scale - 33) has exponent field
 // scale + 94 (valid for scale <= 160); the accumulators are multiplied back by 2^32.
@@ -79,8 +84,7 @@ struct Params {
     const __nv_bfloat16* act;   // mlp1: h [T, n_in]; mlp2: u [kMaxTokens * 4, n_in] (moe_u_column order)
     __nv_bfloat16* u;           // mlp1: [kMaxTokens * 4, n_out / 2] routed row t * 4 + slot
     float* y;                   // mlp2: [kMaxTokens * 4, n_out] per routed row, bias included
-    float* out;                 // mlp2: [T, n_out]
-    int* tile_count;            // mlp2: [n_mtiles] arrivals per output m-tile (zero between calls)
+    float* w;                   // mlp1: [kMaxTokens * 4] routing weight of routed row t * 4 + slot
     int n_tokens, n_experts, n_in, n_out, n_groups, n_ks, n_mtiles;
     int stage_bytes;            // one ring stage: a chunk's blocks then its scales, 128-byte multiple
     float alpha, limit;
@@ -147,10 +151,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
                      smem_u32(dst)),
                  "l"(src), "r"(bytes), "r"(smem_u32(bar))
                  : "memory");
-}
-// Named barrier 1 over the consumer warps only (the producer warp never joins it).
-__device__ __forceinline__ void consumer_sync() {
-    asm volatile("bar.sync 1, %0;\n" ::"n"(kConsumerWarps * 32) : "memory");
 }
 __device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) {
     return *reinterpret_cast<const uint4*>(p);
@@ -246,13 +246,12 @@ __device__ __forceinline__ float swiglu(float gate, float up, float alpha, float
     return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
 }
 
-// acc: rows (mt * 16 + g, + 8) x columns (2c, 2c + 1) of active slot a, scaled by 2^-32.
-__device__ void epilogue_mlp1(const Params& p, const Routing& rt, int a, int mt, const float (&acc)[4]) {
+// acc: rows (mt * 16 + g, + 8) x columns (2c, 2c + 1) of active slot a, scaled by 2^-32; bias_a and
+// bias_b: the biases of those two rows (loaded by the caller ahead of time).
+__device__ void epilogue_mlp1(const Params& p, const Routing& rt, int a, int mt, const float (&acc)[4],
+                              float bias_a, float bias_b) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int e = rt.active[a];
-    const int fa = mt * 16 + g, fb = fa + 8;  // weight rows of expert e
-    const float bias_a = __bfloat162float(p.bias[size_t(e) * p.n_out + fa]);
-    const float bias_b = __bfloat162float(p.bias[size_t(e) * p.n_out + fb]);
+    const int fa = mt * 16 + g, fb = fa + 8;  // weight rows of expert rt.active[a]
     const float va0 = acc[0] * kUnscale + bias_a, va1 = acc[1] * kUnscale + bias_a;
     const float vb0 = acc[2] * kUnscale + bias_b, vb1 = acc[3] * kUnscale + bias_b;
     // Rows 2j (gate) and 2j + 1 (up) of unit j sit in lanes 4 apart: the even-g lane keeps token
@@ -271,36 +270,19 @@ __device__ void epilogue_mlp1(const Params& p, const Routing& rt, int a, int mt,
     row[moe_u_column(fb >> 1)] = __float2bfloat16_rn(ub);
 }
 
-__device__ void epilogue_mlp2(const Params& p, const Routing& rt, int a, int mt, const float (&acc)[4]) {
+__device__ void epilogue_mlp2(const Params& p, const Routing& rt, int a, int mt, const float (&acc)[4],
+                              float bias_a, float bias_b) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int e = rt.active[a];
     const int fa = mt * 16 + g, fb = fa + 8;
-    const float bias_a = __bfloat162float(p.bias[size_t(e) * p.n_out + fa]);
-    const float bias_b = __bfloat162float(p.bias[size_t(e) * p.n_out + fb]);
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-        const int n = 2 * c + k;  // column = n-th token routed to e
+        const int n = 2 * c + k;  // column = n-th token routed to expert rt.active[a]
         if (n < rt.count[a]) {
             float* y = p.y + size_t(rt.col_row[a][n]) * p.n_out;
-            __stcg(y + fa, acc[k] * kUnscale + bias_a);
-            __stcg(y + fb, acc[2 + k] * kUnscale + bias_b);
+            y[fa] = acc[k] * kUnscale + bias_a;
+            y[fb] = acc[2 + k] * kUnscale + bias_b;
         }
     }
-    __threadfence();
-    __syncwarp();
-    int arrived = 0;
-    if (lane == 0) arrived = atomicAdd(p.tile_count + mt, 1);
-    arrived = __shfl_sync(0xffffffffu, arrived, 0);
-    if (arrived != rt.n_active - 1) return;  // other experts' rows of this tile still missing
-    __threadfence();
-    for (int i = lane; i < p.n_tokens * 16; i += 32) {  // out = Σ_slot w · y, slot order
-        const int t = i / 16, r = mt * 16 + i % 16;
-        float sum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kTopK; ++k) sum += rt.w[t * kTopK + k] * __ldcg(p.y + size_t(t * kTopK + k) * p.n_out + r);
-        p.out[size_t(t) * p.n_out + r] = sum;
-    }
-    if (lane == 0) p.tile_count[mt] = 0;
 }
 
 // This consumer lane's activation fragments for its k-steps (warp + kConsumerWarps * j): column g
@@ -338,9 +320,10 @@ __device__ void load_activations(const Params& p, const Routing& rt, int a, uint
 
 template <Proj kProj>
 __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p) {
-    extern __shared__ __align__(128) uint8_t smem[];  // [kStages][stage_bytes] ring, then [2][kRedFloats]
+    extern __shared__ __align__(128) uint8_t smem[];  // [kStages][stage_bytes] ring, then [kRedBufs][kRedFloats]
     __shared__ Routing rt;
-    __shared__ mbar_t full[kStages], empty[kStages];
+    __shared__ mbar_t full[kStages], empty[kStages];      // the weight ring
+    __shared__ mbar_t red_full[kRedBufs], red_empty[kRedBufs];  // the partial-sum ring
     if constexpr (kProj == Proj::mlp1) {
         griddep_wait();               // the router logits (and every earlier kernel) are complete
         griddep_launch_dependents();  // mlp2 may land beside us now and prefetch its weights
@@ -348,9 +331,11 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumerWarps);
+        for (int b = 0; b < kRedBufs; ++b) mbar_init(&red_full[b], kConsumerWarps), mbar_init(&red_empty[b], 1);
         mbar_init_fence();
     }
     route(p, rt);  // reads only the router logits (complete before mlp1 passed its wait); ends with __syncthreads
+    if (kProj == Proj::mlp1 && blockIdx.x == 0 && threadIdx.x < p.n_tokens * kTopK) p.w[threadIdx.x] = rt.w[threadIdx.x];
 
     const int64_t n_chunks = int64_t(rt.n_active) * p.n_mtiles;
     const int64_t first = n_chunks * blockIdx.x / gridDim.x;
@@ -366,9 +351,10 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
             const int a = int(chunk / p.n_mtiles), mt = int(chunk - int64_t(a) * p.n_mtiles);
             const size_t row = size_t(rt.active[a]) * p.n_out + size_t(mt) * kRows;
             uint8_t* dst = smem + size_t(s) * p.stage_bytes;
-            mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes);
+            mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes + kBiasBytes);
             bulk_copy(dst, p.blocks + row * p.n_groups * 16, blk_bytes, &full[s]);
             bulk_copy(dst + blk_bytes, p.scales + row * p.n_groups, sc_bytes, &full[s]);
+            bulk_copy(dst + blk_bytes + sc_bytes, p.bias + row, kBiasBytes, &full[s]);
         }
         return;
     }
@@ -387,9 +373,16 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
         if constexpr (kProj == Proj::mlp2) {
             if (a != x_slot) load_activations<kProj>(p, rt, a, x), x_slot = a;
         }
+        const bool finisher = i % kConsumerWarps == warp;  // this warp sums the chunk and runs its epilogue
         mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
         const uint8_t* blk = smem + size_t(s) * p.stage_bytes;  // [16 rows][n_groups][16 B]
         const uint8_t* sc = blk + blk_bytes;                    // [16 rows][n_groups]
+        float bias_a = 0.0f, bias_b = 0.0f;                     // read before the stage is released
+        if (finisher) {
+            const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(sc + sc_bytes);  // [16 rows]
+            bias_a = __bfloat162float(bias[g]);
+            bias_b = __bfloat162float(bias[g + 8]);
+        }
         float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int j = 0; j < kMaxStepsPerWarp; ++j) {
@@ -412,19 +405,28 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);  // this warp's reads of the stage are done
 
-        float* red = red_base + (i & 1) * kRedFloats;  // double-buffered: see the note at the top
+        // Partial sums through a ring of kRedBufs buffers: a warp hands its partial over and goes on
+        // to the next chunk; only the finisher waits for all eight, so one warp's epilogue (global
+        // loads and stores, mlp2's arrival counter) does not hold the others back.
+        const int b = i % kRedBufs, round = i / kRedBufs;
+        float* red = red_base + b * kRedFloats;
+        if (round > 0) mbar_wait(&red_empty[b], uint32_t(round - 1) & 1u);  // the previous finisher has read it
 #pragma unroll
         for (int j = 0; j < 4; ++j) red[warp * 128 + j * 32 + lane] = acc0[j] + acc1[j];
-        consumer_sync();
-        if (warp == i % kConsumerWarps) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&red_full[b]);
+        if (finisher) {
+            mbar_wait(&red_full[b], uint32_t(round) & 1u);
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int w = 0; w < kConsumerWarps; ++w)  // in warp order: deterministic
 #pragma unroll
                 for (int j = 0; j < 4; ++j) acc[j] += red[w * 128 + j * 32 + lane];
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&red_empty[b]);
             if constexpr (kProj == Proj::mlp1) {
-                epilogue_mlp1(p, rt, a, mt, acc);
+                epilogue_mlp1(p, rt, a, mt, acc, bias_a, bias_b);
             } else {
-                epilogue_mlp2(p, rt, a, mt, acc);
+                epilogue_mlp2(p, rt, a, mt, acc, bias_a, bias_b);
             }
         }
     }
@@ -432,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
 
 // Workspace layout (offsets in bytes, each part 256-byte aligned).
 struct Layout {
-    size_t u, y, tiles, total;
+    size_t u, y, w, total;
 };
 
 size_t align256(size_t n) {
@@ -444,7 +446,7 @@ Layout layout(int d_model, int d_ff) {
     size_t at = 0;
     l.u = at, at += align256(sizeof(bf16) * kMaxTokens * kTopK * d_ff);
     l.y = at, at += align256(sizeof(float) * kMaxTokens * kTopK * d_model);
-    l.tiles = at, at += align256(sizeof(int) * size_t(d_model / 16));
+    l.w = at, at += align256(sizeof(float) * kMaxTokens * kTopK);
     l.total = at;
     return l;
 }
@@ -466,11 +468,11 @@ void check_args(const MoeDecodeArgs& a) {
                  " and d_ff = ", a.d_ff, " must be at most ", 32 * kMaxGroups,
                  " (the activation fragments a consumer warp keeps in registers)");
     if (a.n_tokens == 0) return;
-    OSPREY_CHECK(a.out && a.router && a.h && a.workspace, "moe_decode: null pointer");
+    OSPREY_CHECK(a.router && a.h && a.workspace, "moe_decode: null pointer");
     for (const Mxfp4Experts* w : {&a.mlp1, &a.mlp2}) {
         OSPREY_CHECK(w->blocks && w->scales && w->bias, "moe_decode: null expert weights");
-        OSPREY_CHECK(aligned16(w->blocks) && aligned16(w->scales),
-                     "moe_decode: expert blocks and scales must be 16-byte aligned (bulk copies)");
+        OSPREY_CHECK(aligned16(w->blocks) && aligned16(w->scales) && aligned16(w->bias),
+                     "moe_decode: expert blocks, scales and biases must be 16-byte aligned (bulk copies)");
     }
     OSPREY_CHECK(aligned16(a.h), "moe_decode: h must be 16-byte aligned");
     OSPREY_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0, "moe_decode: workspace must be 256-byte aligned");
@@ -484,7 +486,7 @@ struct Plan {
 };
 
 int stage_bytes_for(int n_groups) {
-    return (kRows * n_groups * 17 + 127) / 128 * 128;
+    return (kRows * n_groups * 17 + kBiasBytes + 127) / 128 * 128;
 }
 
 // max_ctas: CTAs per projection (one per SM). Fewer when the fewest possible chunks (top_k
@@ -499,6 +501,7 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
     p1.router = a.router;
     p1.act = reinterpret_cast<const __nv_bfloat16*>(a.h);
     p1.u = reinterpret_cast<__nv_bfloat16*>(ws + l.u);
+    p1.w = reinterpret_cast<float*>(ws + l.w);
     p1.n_tokens = a.n_tokens, p1.n_experts = a.n_experts;
     p1.n_in = a.d_model, p1.n_out = 2 * a.d_ff, p1.n_groups = a.d_model / 32;
     p1.n_ks = (p1.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
@@ -513,8 +516,7 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
     p2.act = p1.u;
     p2.u = nullptr;
     p2.y = reinterpret_cast<float*>(ws + l.y);
-    p2.out = a.out;
-    p2.tile_count = reinterpret_cast<int*>(ws + l.tiles);
+    p2.w = nullptr;
     p2.n_in = a.d_ff, p2.n_out = a.d_model, p2.n_groups = a.d_ff / 32;
     p2.n_ks = (p2.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
     p2.n_mtiles = p2.n_out / kRows;
@@ -522,8 +524,8 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
 
     pl.grid1 = std::max(1, std::min(max_ctas, kTopK * p1.n_mtiles));
     pl.grid2 = std::max(1, std::min(max_ctas, kTopK * p2.n_mtiles));
-    pl.smem1 = size_t(kStages) * p1.stage_bytes + 2 * kRedFloats * sizeof(float);
-    pl.smem2 = size_t(kStages) * p2.stage_bytes + 2 * kRedFloats * sizeof(float);
+    pl.smem1 = size_t(kStages) * p1.stage_bytes + kRedBufs * kRedFloats * sizeof(float);
+    pl.smem2 = size_t(kStages) * p2.stage_bytes + kRedBufs * kRedFloats * sizeof(float);
     return pl;
 }
 
@@ -604,6 +606,17 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     const bool pdl = a.pdl && pdl_enabled();
     launch_kernel(moe_decode_kernel<Proj::mlp1>, pl.p1, pl.grid1, pl.smem1, pdl, stream);
     launch_kernel(moe_decode_kernel<Proj::mlp2>, pl.p2, pl.grid2, pl.smem2, pdl, stream);
+    if (a.out) {
+        moe_combine({.out = a.out, .y = pl.p2.y, .expert_weights = pl.p1.w, .n_tokens = a.n_tokens,
+                     .d_model = a.d_model, .top_k = kTopK, .mode = MoeCombineMode::overwrite},
+                    stream);
+    }
+}
+
+MoeDecodeOutputs moe_decode_outputs(void* workspace, int d_model, int d_ff) {
+    const Layout l = layout(d_model, d_ff);
+    const uint8_t* ws = static_cast<const uint8_t*>(workspace);
+    return {reinterpret_cast<const float*>(ws + l.y), reinterpret_cast<const float*>(ws + l.w)};
 }
 #endif  // OSPREY_CUDA_EMULATION
 

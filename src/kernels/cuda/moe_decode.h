@@ -34,8 +34,7 @@
 //   and exact; the accumulators are multiplied by 2^32 at the end.
 //
 // Workspace: moe_decode_workspace_bytes(n_experts, d_model, d_ff) bytes of device memory, 256-byte
-// aligned, ZEROED ONCE before the first call (it holds arrival counters that every call leaves at
-// zero again). Its first kMoeDecodeMaxTokens * 4 * d_ff bf16 are u (routed row t * 4 + slot,
+// aligned (no state is kept between calls). Its first kMoeDecodeMaxTokens * 4 * d_ff bf16 are u (routed row t * 4 + slot,
 // columns in moe_u_column order), which tests may read. One workspace per stream.
 #pragma once
 
@@ -52,7 +51,8 @@ namespace osprey::cuda {
 inline constexpr int kMoeDecodeMaxTokens = 8;
 
 struct MoeDecodeArgs {
-    float* out = nullptr;           // [n_tokens, d_model] f32: Σ_slot w · (W2_e · u + b2_e), overwritten
+    float* out = nullptr;           // [n_tokens, d_model] f32: Σ_slot w · (W2_e · u + b2_e), overwritten by a
+                                    // third launch (moe_combine); null: the caller sums moe_decode_outputs()
     const float* router = nullptr;  // [n_tokens, n_experts] f32 logits, router bias included
     const bf16* h = nullptr;        // [n_tokens, d_model] normed hidden state, 16-byte aligned
     Mxfp4Experts mlp1;              // n_out = 2 * d_ff (gate, up interleaved), n_in = d_model
@@ -70,6 +70,15 @@ struct MoeDecodeArgs {
 };
 
 size_t moe_decode_workspace_bytes(int n_experts, int d_model, int d_ff);
+
+// Where a call leaves its per-slot results in the workspace: y [n_tokens * 4, d_model] f32 (routed
+// row t * 4 + slot, bias included) and w [n_tokens * 4] f32 (the softmax weight of each routed row):
+// the MoE output is Σ_slot w · y in slot order (what moe_combine and rmsnorm's moe_y/moe_w compute).
+struct MoeDecodeOutputs {
+    const float* y;
+    const float* w;
+};
+MoeDecodeOutputs moe_decode_outputs(void* workspace, int d_model, int d_ff);
 
 // Two kernel launches on `stream`; graph-capturable (no host synchronisation, no allocation).
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);

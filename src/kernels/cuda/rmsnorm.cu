@@ -19,6 +19,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
     const int r = a.rows ? a.rows[t] : t;
     float4* x = reinterpret_cast<float4*>(a.x + size_t(r) * a.d);
     const float4* delta = a.delta ? reinterpret_cast<const float4*>(a.delta + size_t(r) * a.d) : nullptr;
+    const float4* moe_y = a.moe_y ? reinterpret_cast<const float4*>(a.moe_y + size_t(r) * 4 * a.d) : nullptr;
+    float moe_w[4] = {0.f, 0.f, 0.f, 0.f};
+    if (moe_y)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) moe_w[k] = a.moe_w[size_t(r) * 4 + k];
     const int n_vec = a.d / 4;
 
     float4 v[kVecPerThread];
@@ -31,6 +36,15 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(const RmsNormArgs a) 
             v[i] = x[c];
             if (delta) {
                 const float4 dv = delta[c];
+                v[i].x += dv.x, v[i].y += dv.y, v[i].z += dv.z, v[i].w += dv.w;
+                x[c] = v[i];
+            } else if (moe_y) {
+                float4 dv = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {  // slot order: moe_combine's sum
+                    const float4 y = moe_y[k * n_vec + c];
+                    dv.x += moe_w[k] * y.x, dv.y += moe_w[k] * y.y, dv.z += moe_w[k] * y.z, dv.w += moe_w[k] * y.w;
+                }
                 v[i].x += dv.x, v[i].y += dv.y, v[i].z += dv.z, v[i].w += dv.w;
                 x[c] = v[i];
             }
@@ -57,6 +71,7 @@ void rmsnorm(const RmsNormArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.n_tokens > 0 && a.d > 0 && a.d % 4 == 0 && a.d <= kRmsNormMaxChannels, "rmsnorm: d = ", a.d,
                  " must be a positive multiple of 4 up to ", kRmsNormMaxChannels, " (n_tokens ", a.n_tokens, ")");
     OSPREY_CHECK(a.y && a.x && a.gain, "rmsnorm: null pointer");
+    OSPREY_CHECK(!a.moe_y || (a.moe_w && !a.delta), "rmsnorm: moe_y needs moe_w and excludes delta");
     cuda::launch(rmsnorm_kernel, a.n_tokens, kThreads, 0, stream, a);
     CUDA_CHECK(cudaGetLastError());
 }

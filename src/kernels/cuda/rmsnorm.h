@@ -17,6 +17,10 @@ struct RmsNormArgs {
     float* x = nullptr;              // [*, d] f32 residual stream (written only when delta is set)
     const float* gain = nullptr;     // [d] f32
     const float* delta = nullptr;    // [*, d] f32 (rows like x) added into x first, or null
+    // Or the MoE output as its per-slot parts (moe_combine fused): row r of delta is
+    // Σ_{k<4} moe_w[4r + k] · moe_y[4r + k, :], summed in slot order exactly as moe_combine does.
+    const float* moe_y = nullptr;    // [*, 4, d] f32, or null
+    const float* moe_w = nullptr;    // [*, 4] f32
     const int32_t* rows = nullptr;   // [n_tokens] rows of x to normalise (device), or null for 0..n-1
     int n_tokens = 0;
     int d = 0;                       // multiple of 4, at most kMaxChannels

@@ -13,6 +13,7 @@
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
 #include "model/batch_check.h"
+#include "kernels/cuda/moe_combine.h"
 #include "model/cuda/moe_step.h"
 
 namespace osprey::model {
@@ -68,7 +69,8 @@ struct CudaRunner::Activations {
     bf16* qkv = nullptr;         // [T, Q + 2K]
     bf16* attn = nullptr;        // [T, Q]
     float* router = nullptr;     // [T, E] router logits
-    float* moe = nullptr;        // [T, H] weighted expert sum (added into x by the next norm)
+    float* moe = nullptr;        // [T, H] weighted expert sum, for dumps only (the next norm sums moe_out)
+    MoeOutputs moe_out;          // the last MoE block's per-slot parts (added into x by the next norm)
     bf16* final_h = nullptr;     // [R, H]
     float* logits = nullptr;     // [R, V]
     int32_t* greedy = nullptr;   // [R]
@@ -371,7 +373,8 @@ void CudaRunner::attention_block(int layer, const Step& step) {
 
     // h = rmsnorm(x + moe of the previous block) · gain                 [T, d_model] bf16
     // (the previous block's MoE residual add is fused here; dumps keep the CPU reference's order)
-    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .delta = layer > 0 ? a.moe : nullptr,
+    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .moe_y = layer > 0 ? a.moe_out.y : nullptr,
+                   .moe_w = a.moe_out.w,
                    .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
     mark("attn_norm");
@@ -466,7 +469,12 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     dump("router_logits", layer, a.router, T, c.n_experts, false);
     // top-4 on the raw logits, softmax over those four; experts (MXFP4) with clamped SwiGLU; the
     // weighted sum of the four expert outputs (b2 inside the sum)       [T, d_model] f32
-    a.moe_step.run(c, w, a.h, a.router, a.moe, T, stream_);
+    a.moe_out = a.moe_step.run(c, w, a.h, a.router, T, stream_);
+    if (dump_) {  // the dense sum, as the CPU reference dumps it
+        cuda::moe_combine({.out = a.moe, .y = a.moe_out.y, .expert_weights = a.moe_out.w, .n_tokens = T,
+                           .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
+                          stream_);
+    }
     mark("moe");
     dump("moe", layer, a.moe, T, c.d_model, false);
 }
@@ -478,14 +486,16 @@ void CudaRunner::unembed(const Step& step) {
     const int R = step.n_logit_rows;
     if (dump_) {
         // Apply the last block's MoE residual to every row (outside dumps only the gathered rows get it).
-        cuda::rmsnorm({.y = a.h, .x = a.x, .gain = weights_.final_norm.get(), .delta = a.moe,
+        cuda::rmsnorm({.y = a.h, .x = a.x, .gain = weights_.final_norm.get(), .moe_y = a.moe_out.y,
+                       .moe_w = a.moe_out.w,
                        .n_tokens = step.n_tokens, .d = c.d_model, .eps = c.norm_eps},
                       stream_);
         dump("resid_mlp", c.n_layers - 1, a.x, step.n_tokens, c.d_model, false);
     }
     if (R == 0) return;
     // h = rmsnorm(x + moe) · gain on the logit rows only                 [R, d_model] bf16
-    cuda::rmsnorm({.y = a.final_h, .x = a.x, .gain = weights_.final_norm.get(), .delta = dump_ ? nullptr : a.moe,
+    cuda::rmsnorm({.y = a.final_h, .x = a.x, .gain = weights_.final_norm.get(), .moe_y = dump_ ? nullptr : a.moe_out.y,
+                   .moe_w = a.moe_out.w,
                    .rows = step.logit_rows, .n_tokens = R, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
     mark("final_norm");

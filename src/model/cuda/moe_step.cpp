@@ -1,6 +1,5 @@
 #include "model/cuda/moe_step.h"
 
-#include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
@@ -35,24 +34,24 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
     m.y = ws.take<float>(rows * c.d_model, "moe y");
     const size_t decode_bytes = cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff);
     m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
-    CUDA_CHECK(cudaMemset(m.decode_workspace, 0, decode_bytes));  // its arrival counters start at zero
     const char* env = std::getenv("OSPREY_MOE_DECODE");
     m.use_decode_path = env && std::string(env) == "1";
     return m;
 }
 
-void MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
-                  cudaStream_t stream) const {
+MoeOutputs MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
+                        cudaStream_t stream) const {
     if (use_decode_path && n_tokens <= cuda::kMoeDecodeMaxTokens) {
         // Decode: routing, experts and the weighted sum in two launches streaming the active experts once.
-        cuda::moe_decode({.out = moe, .router = router, .h = h,
+        cuda::moe_decode({.out = nullptr, .router = router, .h = h,
                           .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
                           .mlp2 = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
                           .workspace = decode_workspace, .n_tokens = n_tokens, .n_experts = c.n_experts,
                           .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff, .swiglu_alpha = c.swiglu_alpha,
                           .swiglu_limit = c.swiglu_limit},
                          stream);
-        return;
+        const cuda::MoeDecodeOutputs o = cuda::moe_decode_outputs(decode_workspace, c.d_model, c.d_ff);
+        return {o.y, o.w};
     }
     // top-4 experts on the raw logits, softmax over those four          [T, top_k]
     cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
@@ -74,10 +73,7 @@ void MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const fl
                     .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
                     .n_experts = c.n_experts, .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff},
                    stream);
-    // moe = Σ_slot w · y                                                 [T, d_model] f32
-    cuda::moe_combine({.out = moe, .y = y, .expert_weights = expert_weights, .n_tokens = n_tokens,
-                       .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
-                      stream);
+    return {y, expert_weights};
 }
 
 }  // namespace osprey::model

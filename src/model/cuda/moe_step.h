@@ -15,6 +15,13 @@
 
 namespace osprey::model {
 
+// The MoE output as its per-slot parts: moe[t] = Σ_{k<top_k} w[t * top_k + k] · y[t * top_k + k, :]
+// (summed by the next rmsnorm, moe_y / moe_w, or by moe_combine).
+struct MoeOutputs {
+    const float* y = nullptr;  // [T * top_k, d_model] f32, bias included
+    const float* w = nullptr;  // [T * top_k] f32
+};
+
 struct MoeStep {
     int32_t* expert_ids = nullptr;      // [T, top_k]
     float* expert_weights = nullptr;    // [T, top_k]
@@ -29,15 +36,16 @@ struct MoeStep {
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
 
-    // moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :])     [T, d_model] f32 (overwritten)
+    // The parts of moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :]) (see MoeOutputs; the
+    // sum itself is fused into the consumer).
     // router: [T, n_experts] f32 logits with the bias already added; h: [T, d_model] bf16.
-    // route -> group -> mlp1 -> mlp2 -> combine; with use_decode_path (and up to kMoeDecodeMaxTokens
-    // tokens) the two-launch decode path of kernels/cuda/moe_decode.h (routing inside the kernels).
+    // route -> group -> mlp1 -> mlp2; with use_decode_path (and up to kMoeDecodeMaxTokens tokens) the
+    // two-launch decode path of kernels/cuda/moe_decode.h (routing inside the kernels).
     // Off by default: on the H200 it measured slower than the five launches (20b batch 1, inside the
     // decode graph: 1266 against 1096 us per step; bench_moe_decode 0.91-0.96x) although it is correct
     // (test_moe_decode); $OSPREY_MOE_DECODE=1 turns it on for measurement.
-    void run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
-             cudaStream_t stream) const;
+    MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
+                   cudaStream_t stream) const;
 };
 
 }  // namespace osprey::model

@@ -2,9 +2,8 @@
 // moe_decode_emulated.h by scripts/emulate_moe_decode.sh) on the CPU emulation and compares u and
 // the output with the CPU reference (routing, mxfp4_matmul, swiglu), for small shapes with full and
 // partial k-steps, batches of 1..8 tokens, tied and concentrated routings, and grids from 2 CTAs
-// (long warp ranges, many units per warp) to many (units cut into pieces across warps). Checks too
-// that every arrival counter is back to zero after each call. Dynamic shared memory starts as NaN
-// bytes, so data read from unstaged columns would show.
+// (long chunk ranges: the weight and partial-sum rings wrap many times) to one CTA per SM. Dynamic
+// shared memory starts as NaN bytes, so data read from stages the bulk copies did not fill would show.
 //   usage: emulate_moe_decode [seed]
 #include <cstdio>
 #include <cstdlib>
@@ -27,9 +26,7 @@ void emu_grid(const Params& p, int grid, size_t smem) {
         std::barrier<> block(kThreads);
         std::vector<std::unique_ptr<std::barrier<>>> warps;
         for (int w = 0; w < kWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        std::barrier<> consumers(kConsumerWarps * 32);
         g_block = &block;
-        g_consumers = &consumers;
         g_warp.clear();
         for (auto& w : warps) g_warp.push_back(w.get());
         g_slots.assign(kWarps, Slot{});
@@ -52,6 +49,14 @@ void emu_moe_decode(const MoeDecodeArgs& a, int max_ctas, int& grid1, int& grid2
     grid1 = pl.grid1, grid2 = pl.grid2;
     emu_grid<Proj::mlp1>(pl.p1, pl.grid1, pl.smem1);
     emu_grid<Proj::mlp2>(pl.p2, pl.grid2, pl.smem2);
+    if (a.out)  // moe_combine's sum (a CUDA launch in moe_decode): slot order, one FMA per slot
+        for (int t = 0; t < a.n_tokens; ++t)
+            for (int c = 0; c < a.d_model; ++c) {
+                float sum = 0.0f;
+                for (int k = 0; k < kTopK; ++k)
+                    sum = std::fma(pl.p1.w[t * kTopK + k], pl.p2.y[size_t(t * kTopK + k) * a.d_model + c], sum);
+                a.out[size_t(t) * a.d_model + c] = sum;
+            }
 }
 
 size_t emu_workspace_bytes(int, int d_model, int d_ff, int) {
@@ -175,18 +180,6 @@ void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int
             u[size_t(r) * s.d_ff + j] = bf16_to_float(ud[size_t(r) * s.d_ff + cuda::moe_u_column(j)]);
     compare("u", tag, u, u_ref, s.d_ff, 1.0 / 64);
     compare("out", tag, out, out_ref, s.d_model, 1.0 / 64);
-    // The tile arrival counters (the layout's last part) are back at zero.
-    {
-        const size_t a3 = (sizeof(int) * size_t(s.d_model / 16) + 255) / 256 * 256;
-        const int* cnt = reinterpret_cast<const int*>(ws + ws_bytes - a3);
-        ++checks;
-        for (size_t i = 0; i < a3 / sizeof(int); ++i)
-            if (cnt[i] != 0) {
-                ++failures;
-                std::printf("FAIL %s counter %zu = %d after the call\n", tag, i, cnt[i]);
-                break;
-            }
-    }
     std::printf("%s done\n", tag);
     std::fflush(stdout);
 }

@@ -87,8 +87,6 @@ namespace osprey::cuda {
 
 inline uint8_t* g_dyn_smem = nullptr;
 
-inline std::barrier<>* g_consumers = nullptr;  // named barrier 1 (the consumer warps)
-
 // mbarrier: pending arrivals and transaction bytes of the current phase; the phase flips when both
 // reach zero. cp.async.bulk is a memcpy followed by its byte count's completion.
 struct mbar_t {
@@ -126,9 +124,6 @@ inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b) {
     std::lock_guard<std::mutex> l(b->m);
     b->tx -= bytes;
     b->complete_if_done();
-}
-inline void consumer_sync() {
-    g_consumers->arrive_and_wait();
 }
 inline uint4 ld_shared16(const uint8_t* p) {
     uint4 r;
