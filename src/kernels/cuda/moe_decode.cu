@@ -53,14 +53,19 @@ namespace {
 
 constexpr int kMaxTokens = kMoeDecodeMaxTokens;
 constexpr int kTopK = 4;
-constexpr int kConsumerWarps = 8;
+#ifndef OSPREY_MOE_DECODE_WARPS
+#define OSPREY_MOE_DECODE_WARPS 8
+#endif
+constexpr int kConsumerWarps = OSPREY_MOE_DECODE_WARPS;
+constexpr int kCtasPerSm = kConsumerWarps <= 8 ? 2 : 1;  // 2: an mlp2 CTA fits beside an mlp1 CTA
+constexpr int kAccPairs = kCtasPerSm == 2 ? 1 : 2;       // registers allowing
 constexpr int kWarps = kConsumerWarps + 1;  // + the producer warp
 constexpr int kProducerWarp = kConsumerWarps;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 4;                      // ring depth (chunks)
 constexpr int kRows = 16;                       // weight rows per chunk (one mma m-tile)
 constexpr int kGroupsPerStep = 4;               // MXFP4 groups per k-step: group 4 s + c for lane quad c
-constexpr int kMaxStepsPerWarp = 3;             // activation fragments a consumer keeps in registers
+constexpr int kMaxStepsPerWarp = (24 + kConsumerWarps - 1) / kConsumerWarps;  // activation fragments kept in registers
 constexpr int kMaxGroups = kGroupsPerStep * kMaxStepsPerWarp * kConsumerWarps;  // n_in <= 3072
 constexpr int kMaxActive = kTopK * kMaxTokens;  // distinct experts of a batch at most
 constexpr int kRedFloats = kConsumerWarps * 128;  // one chunk's partial sums, [warp][4][32 lanes]
@@ -185,8 +190,8 @@ __device__ __forceinline__ void decode_fp4x8(uint32_t w, uint32_t scale2, uint32
 }
 
 // One k-step: 8 mma over the lane's 32 elements of rows g and g + 8 (A) and its activation
-// fragments x[quad] (B). Two accumulator sets halve the mma dependency chain.
-__device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4], float (&acc0)[4], float (&acc1)[4]) {
+// fragments x[quad] (B). 2 * kAccPairs accumulator sets keep the mma dependency chains short.
+__device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4], float (&acc)[2 * kAccPairs][4]) {
     const uint32_t sa = (ch.sa + kScaleExponentBias) * 0x00800080u;
     const uint32_t sb = (ch.sb + kScaleExponentBias) * 0x00800080u;
     const uint32_t wa[4] = {ch.wa.x, ch.wa.y, ch.wa.z, ch.wa.w};
@@ -197,8 +202,8 @@ __device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4
         decode_fp4x8(wa[i], sa, ra);
         decode_fp4x8(wb[i], sb, rb);
         // A: a0 = (row g, k 2c..2c+1), a1 = (row g+8, same k), a2 = (row g, k 2c+8..2c+9), a3 = (row g+8).
-        mma_bf16(acc0, ra[0], rb[0], ra[1], rb[1], x[i].x, x[i].y);
-        mma_bf16(acc1, ra[2], rb[2], ra[3], rb[3], x[i].z, x[i].w);
+        mma_bf16(acc[(i % kAccPairs) * 2], ra[0], rb[0], ra[1], rb[1], x[i].x, x[i].y);
+        mma_bf16(acc[(i % kAccPairs) * 2 + 1], ra[2], rb[2], ra[3], rb[3], x[i].z, x[i].w);
     }
 }
 
@@ -319,7 +324,7 @@ __device__ void load_activations(const Params& p, const Routing& rt, int a, uint
 }
 
 template <Proj kProj>
-__global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const Params p) {
     extern __shared__ __align__(128) uint8_t smem[];  // [kStages][stage_bytes] ring, then [kRedBufs][kRedFloats]
     __shared__ Routing rt;
     __shared__ mbar_t full[kStages], empty[kStages];      // the weight ring
@@ -383,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
             bias_a = __bfloat162float(bias[g]);
             bias_b = __bfloat162float(bias[g + 8]);
         }
-        float acc0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, acc1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float part[2 * kAccPairs][4] = {};
 #pragma unroll
         for (int j = 0; j < kMaxStepsPerWarp; ++j) {
             const int step = warp + kConsumerWarps * j;
@@ -399,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
                     ch.wa = ch.wb = make_uint4(0u, 0u, 0u, 0u);
                     ch.sa = ch.sb = 0u;
                 }
-                compute_step(ch, x[j], acc0, acc1);
+                compute_step(ch, x[j], part);
             }
         }
         __syncwarp();
@@ -412,7 +417,11 @@ __global__ void __launch_bounds__(kThreads, 2) moe_decode_kernel(const Params p)
         float* red = red_base + b * kRedFloats;
         if (round > 0) mbar_wait(&red_empty[b], uint32_t(round - 1) & 1u);  // the previous finisher has read it
 #pragma unroll
-        for (int j = 0; j < 4; ++j) red[warp * 128 + j * 32 + lane] = acc0[j] + acc1[j];
+        for (int j = 0; j < 4; ++j) {
+            float sum = part[0][j] + part[1][j];
+            if constexpr (kAccPairs == 2) sum += part[2][j] + part[3][j];
+            red[warp * 128 + j * 32 + lane] = sum;
+        }
         __syncwarp();
         if (lane == 0) mbar_arrive(&red_full[b]);
         if (finisher) {

@@ -35,7 +35,7 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
     const size_t decode_bytes = cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff);
     m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
     const char* env = std::getenv("OSPREY_MOE_DECODE");
-    m.use_decode_path = env && std::string(env) == "1";
+    m.use_decode_path = !(env && std::string(env) == "0");
     return m;
 }
 

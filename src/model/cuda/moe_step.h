@@ -31,7 +31,6 @@ struct MoeStep {
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
     void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's (zeroed once)
-    bool use_decode_path = false;       // see run(); carve() sets it from $OSPREY_MOE_DECODE
 
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
@@ -41,9 +40,10 @@ struct MoeStep {
     // router: [T, n_experts] f32 logits with the bias already added; h: [T, d_model] bf16.
     // route -> group -> mlp1 -> mlp2; with use_decode_path (and up to kMoeDecodeMaxTokens tokens) the
     // two-launch decode path of kernels/cuda/moe_decode.h (routing inside the kernels).
-    // Off by default: on the H200 it measured slower than the five launches (20b batch 1, inside the
-    // decode graph: 1266 against 1096 us per step; bench_moe_decode 0.91-0.96x) although it is correct
-    // (test_moe_decode); $OSPREY_MOE_DECODE=1 turns it on for measurement.
+    // On by default ($OSPREY_MOE_DECODE=0 turns it off): on the H200 (bench_moe_decode 20b, commit
+    // after 0cd92cf) 37.2 against 45.1 us at 1 token, 61.3 against 64.2 at 2, level at 4-8; 20b decode
+    // batch 1 432 against 404 tokens/s (docs/performance.md).
+    bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
     MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                    cudaStream_t stream) const;
 };
