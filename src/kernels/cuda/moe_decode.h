@@ -11,15 +11,17 @@
 // Test: tests/kernels/test_moe_decode.cu; benchmark: bench/bench_moe_decode.cu.
 //
 // Design (the reasoning behind the tiling; details in moe_decode.cu):
-// - Work = (active expert, 16 weight rows, k-step of 128 inputs). Every warp of the grid takes an
-//   equal contiguous share of that flattened list (±1 step), so all 132 SMs stream for any T,
-//   including T = 1 where only 4 experts are active. A 16-row tile cut between warps is summed
-//   by the last of its warps to finish (arrival counter), in warp order: deterministic.
-// - A lane (g, c) loads, per k-step, the whole 16-byte MXFP4 group 4s + c of weight rows g and
-//   g + 8 straight into registers (two LDG.128, 4 k-steps in flight per warp: ~48 KB per SM) and
-//   feeds them as the A operand of mma.sync m16n8k16 (M = 16 weight rows, N = 8 tokens). The k
-//   order inside an mma is free, so each lane's k-values are its own group's elements; the
-//   activations are staged once per CTA in shared memory in the same permuted order.
+// - Work = chunks of (active expert, 16 weight rows, all inputs): 16 consecutive rows of one expert
+//   are one contiguous run of MXFP4 blocks, one of scales and one of biases, so a producer warp
+//   streams each chunk with three cp.async.bulk copies into a 4-stage shared-memory ring (~96 KB
+//   in flight per SM, no registers spent on it). Every CTA (one per SM) takes an equal contiguous
+//   range of chunks, so all 132 SMs stream for any T, including T = 1 where only 4 experts are
+//   active. 8 consumer warps split each chunk's K and meet in a partial-sum ring; the chunk's
+//   finisher (rotating) sums in warp order: deterministic.
+// - A lane (g, c) takes, per k-step, the whole 16-byte MXFP4 group 4s + c of weight rows g and
+//   g + 8 and feeds it as the A operand of mma.sync m16n8k16 (M = 16 weight rows, N = 8 tokens).
+//   The k order inside an mma is free, so each lane's k-values are its own group's elements; the
+//   activations are loaded once per consumer into registers in the same permuted order.
 // - Tensor cores vs FP32 FMA, by instructions per weight byte (H200: ~0.22 warp-instructions per
 //   byte at 4.64 TB/s; the integer pipe runs at half that): decoding 8 nibbles to 4 BF16x2 costs
 //   ~13 integer ops + 4 BF16 multiplies by the group's scale (~2.1 per weight) on either path.
@@ -27,7 +29,9 @@
 //   ~0.26 warp-instr/byte: issue-bound; T = 8: far worse), while one mma consumes 256 weights for
 //   all 8 tokens at once (~0.004 per weight). Total with mma: ~150-170 warp-instructions per KB,
 //   ~0.16 per byte, independent of T <= 8, i.e. ~70% of the issue rate at full bandwidth (the
-//   current gemv tiling is at ~0.31). Expected: ~75-90% of 4.64 TB/s once the grid is streaming.
+//   mma gemv tiling of moe_mlp_mxfp4 is at ~0.31). Measured (docs/performance.md): the decode's
+//   integer work is the limit (Hopper issues integer instructions at half the FP32 rate), 31% of
+//   4.64 TB/s at T = 1 and 42% at T = 8.
 // - FP4 decode: nibble (s, e1, e0, m) -> BF16 bits 15, 8, 7, 6 is FP4 · 2^-126 exactly (0.5 is a
 //   BF16 subnormal), built for two nibbles 16 bits apart with one mask, one multiply by
 //   (2^12 + 2^6) or (2^8 + 2^2) and one mask; one mul.bf16x2 by 2^(scale - 33) makes it normal
