@@ -150,12 +150,21 @@ __device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+// An L2 policy for data read once (the expert weights): evicted first, so that the 50+ MB of experts
+// streamed per layer do not push out what the other kernels of the step reuse (measured: 20b batch 1
+// 432 -> 453 tokens/s).
+__device__ __forceinline__ uint64_t evict_first_policy() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
 // bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* bar, uint64_t policy) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
+        : "memory");
 }
 __device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) {
     return *reinterpret_cast<const uint4*>(p);
@@ -349,6 +358,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
 
     if (warp == kProducerWarp) {
         if (lane != 0) return;
+        const uint64_t policy = evict_first_policy();
         for (int i = 0; i < n_mine; ++i) {
             const int s = i % kStages;
             if (i >= kStages) mbar_wait(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
@@ -357,9 +367,9 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
             const size_t row = size_t(rt.active[a]) * p.n_out + size_t(mt) * kRows;
             uint8_t* dst = smem + size_t(s) * p.stage_bytes;
             mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes + kBiasBytes);
-            bulk_copy(dst, p.blocks + row * p.n_groups * 16, blk_bytes, &full[s]);
-            bulk_copy(dst + blk_bytes, p.scales + row * p.n_groups, sc_bytes, &full[s]);
-            bulk_copy(dst + blk_bytes + sc_bytes, p.bias + row, kBiasBytes, &full[s]);
+            bulk_copy(dst, p.blocks + row * p.n_groups * 16, blk_bytes, &full[s], policy);
+            bulk_copy(dst + blk_bytes, p.scales + row * p.n_groups, sc_bytes, &full[s], policy);
+            bulk_copy(dst + blk_bytes + sc_bytes, p.bias + row, kBiasBytes, &full[s], policy);
         }
         return;
     }

@@ -115,7 +115,7 @@ inline void mbar_arrive(mbar_t* b) {
 inline void mbar_wait(mbar_t* b, uint32_t parity) {
     while ((b->phase.load() & 1u) == parity) std::this_thread::yield();
 }
-inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b) {
+inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b, uint64_t) {
     if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
         std::fprintf(stderr, "bulk_copy: misaligned (%u bytes)\n", bytes);
         std::abort();
@@ -134,6 +134,10 @@ inline uint4 ld_act16(const __nv_bfloat16* p) {
     uint4 r;
     std::memcpy(&r, p, 16);
     return r;
+}
+
+inline uint64_t evict_first_policy() {
+    return 0;
 }
 
 inline void griddep_wait() {}
