@@ -15,6 +15,15 @@
 
 namespace osprey::model {
 
+// The experts a rank applies (expert parallelism, and tensor parallelism over the intermediate
+// dimension): ids [first, first + count) of the router's n_experts, each with d_ff columns (this rank's
+// share, padded with zero weights to whole tiles). The whole layer: {0, n_experts, d_ff}.
+struct MoeExperts {
+    int first = 0, count = 0, d_ff = 0;
+    static MoeExperts whole(const Config& c) { return {0, c.n_experts, c.d_ff}; }
+    bool is_whole(const Config& c) const { return first == 0 && count == c.n_experts && d_ff == c.d_ff; }
+};
+
 struct MoeStep {
     int32_t* expert_ids = nullptr;      // [T, top_k]
     float* expert_weights = nullptr;    // [T, top_k]
@@ -36,8 +45,14 @@ struct MoeStep {
     // Off by default: on the H200 it measured slower than the five launches (20b batch 1, inside the
     // decode graph: 1266 against 1096 us per step; bench_moe_decode 0.91-0.96x) although it is correct
     // (test_moe_decode); $OSPREY_MOE_DECODE=1 turns it on for measurement.
+    //
+    // A rank's share (experts not whole): every token is routed over all experts, the rows routed to
+    // other ranks' experts are left out of the groups, and their expert outputs count as zero, so
+    // `moe` is this rank's partial sum (the runner all-reduces it). Never the decode path.
     void run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, float* moe, int n_tokens,
              cudaStream_t stream) const;
+    void run(const Config& c, const MoeExperts& experts, const DeviceLayer& w, const bf16* h, const float* router,
+             float* moe, int n_tokens, cudaStream_t stream) const;
 };
 
 }  // namespace osprey::model
