@@ -1,7 +1,7 @@
 // The sum of several FP32 buffers in a fixed order, out[i] = ((in[0][i] + in[1][i]) + in[2][i]) + ...:
 // the reduction of the same-device communicator (comm/same_device.h), whose ranks share one GPU, so
 // that every rank computing it gets the same bits as the in-process communicator's rank-order sum.
-// Reference: a loop in that order (tests/comm/test_same_device.cu).
+// Reference: a loop in that order (tests/comm/test_device_comm.cu).
 #pragma once
 
 #include <cuda_runtime.h>
