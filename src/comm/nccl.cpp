@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "comm/peer_allreduce.h"
 #include "core/check.h"
 #include "kernels/cuda/runtime.h"
 
@@ -39,6 +40,7 @@ public:
     }
     ~Nccl() override {
         if (barrier_buf_) cudaFree(barrier_buf_);
+        peer_mine_.release();
         std::lock_guard lock(root_->mu);
         if (root_->aborted) return;  // ncclCommAbort freed it
         std::erase(root_->live, comm_);
@@ -54,6 +56,16 @@ public:
     void all_reduce_sum(std::span<float> data) override {
         check_live();
         if (size_ == 1 || data.empty()) return;
+        // Small messages: the one-shot peer-memory all-reduce when turned on (peer_allreduce.h; every
+        // rank takes the same branch, the sizes being equal).
+        if (peer_allreduce_enabled() && size_ <= kPeerMaxRanks && data.size_bytes() <= kPeerAllReduceMaxBytes) {
+            if (!peer_ready_) setup_peer();
+            peer_args_.data = data.data();
+            peer_args_.n = data.size();
+            peer_args_.call = ++peer_calls_;
+            peer_allreduce(peer_args_, stream_);
+            return;
+        }
         NCCL_CHECK(ncclAllReduce(data.data(), data.data(), data.size(), ncclFloat, ncclSum, comm_, stream_));
     }
 
@@ -111,6 +123,48 @@ public:
     }
 
 private:
+    // Collective (the first small all-reduce of this group): allocates this rank's staging buffers and
+    // flags, exchanges every rank's pointers and device over NCCL, and enables peer access to them.
+    void setup_peer() {
+        struct Posted {
+            uint64_t staging0, staging1, flags;
+            int32_t device, unused;
+        };
+        peer_mine_.allocate();
+        const Posted mine{reinterpret_cast<uint64_t>(peer_mine_.staging[0]),
+                          reinterpret_cast<uint64_t>(peer_mine_.staging[1]), reinterpret_cast<uint64_t>(peer_mine_.flags),
+                          peer_mine_.device, 0};
+        Posted* d = nullptr;
+        CUDA_CHECK(cudaMalloc(&d, sizeof(Posted) * size_t(size_ + 1)));
+        CUDA_CHECK(cudaMemcpyAsync(d + size_, &mine, sizeof(Posted), cudaMemcpyHostToDevice, stream_));
+        NCCL_CHECK(ncclAllGather(d + size_, d, sizeof(Posted), ncclUint8, comm_, stream_));
+        std::vector<Posted> all(static_cast<size_t>(size_));
+        CUDA_CHECK(cudaMemcpyAsync(all.data(), d, sizeof(Posted) * size_t(size_), cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaFree(d));
+        peer_args_.n_ranks = size_;
+        peer_args_.rank = rank_;
+        for (int r = 0; r < size_; ++r) {
+            const Posted& p = all[size_t(r)];
+            peer_args_.ranks[r].staging[0] = reinterpret_cast<float*>(p.staging0);
+            peer_args_.ranks[r].staging[1] = reinterpret_cast<float*>(p.staging1);
+            peer_args_.ranks[r].flags = reinterpret_cast<uint64_t*>(p.flags);
+            peer_args_.ranks[r].device = p.device;
+            if (p.device == peer_mine_.device) continue;
+            int can = 0;
+            CUDA_CHECK(cudaDeviceCanAccessPeer(&can, peer_mine_.device, p.device));
+            OSPREY_CHECK(can, "peer all-reduce: GPU ", peer_mine_.device, " cannot access GPU ", p.device,
+                         " (unset OSPREY_PEER_ALLREDUCE)");
+            const cudaError_t e = cudaDeviceEnablePeerAccess(p.device, 0);
+            if (e == cudaErrorPeerAccessAlreadyEnabled) {
+                (void)cudaGetLastError();
+            } else {
+                CUDA_CHECK(e);
+            }
+        }
+        peer_ready_ = true;
+    }
+
     void check_live() const { OSPREY_CHECK(!root_->aborted, "communicator aborted: another rank failed"); }
 
     ncclComm_t comm_ = nullptr;
@@ -118,6 +172,11 @@ private:
     int rank_ = 0, size_ = 1;
     cudaStream_t stream_ = nullptr;
     float* barrier_buf_ = nullptr;
+    // The one-shot peer all-reduce (peer_allreduce.h), set up on first use.
+    bool peer_ready_ = false;
+    PeerBuffers peer_mine_;
+    PeerAllReduceArgs peer_args_;
+    uint64_t peer_calls_ = 0;
 };
 
 }  // namespace

@@ -4,7 +4,8 @@
 // (ncclCommInitRank with an id from nccl_unique_id) is the entry point for a rank of a group that
 // spans processes.
 //
-//   all_reduce_sum    ncclAllReduce (float, sum)
+//   all_reduce_sum    ncclAllReduce (float, sum); with $OSPREY_PEER_ALLREDUCE=1, messages up to 512 KB
+//                     take the one-shot peer-memory all-reduce instead (comm/peer_allreduce.h, untested)
 //   all_gather_bytes  ncclAllGather when every rank sends the same count, else one ncclBroadcast per
 //                     rank inside a group call (ragged counts: the DP token gather)
 //   broadcast_bytes   ncclBroadcast
