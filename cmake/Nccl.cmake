@@ -23,7 +23,7 @@ if(OSPREY_HAVE_CUDA)
   endif()
   find_path(OSPREY_NCCL_INCLUDE_DIR nccl.h HINTS ${_osprey_nccl_hints} PATH_SUFFIXES include NO_DEFAULT_PATH)
   # The pip package ships only libnccl.so.2 (no development symlink): name it explicitly.
-  find_library(OSPREY_NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_osprey_nccl_hints}
+  find_library(OSPREY_NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_osprey_nccl_hints}
                PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu NO_DEFAULT_PATH)
   if(OSPREY_NCCL_INCLUDE_DIR AND OSPREY_NCCL_LIBRARY)
     file(STRINGS "${OSPREY_NCCL_INCLUDE_DIR}/nccl.h" _osprey_nccl_version REGEX "^#define NCCL_(MAJOR|MINOR|PATCH) ")
@@ -35,7 +35,7 @@ if(OSPREY_HAVE_CUDA)
       IMPORTED_SONAME "libnccl.so.2"
       INTERFACE_INCLUDE_DIRECTORIES "${OSPREY_NCCL_INCLUDE_DIR}")
     set(OSPREY_HAVE_NCCL ON)
-    message(STATUS "osprey: NCCL ${OSPREY_NCCL_VERSION} (${OSPREY_NCCL_LIBRARY})")
+    message(STATUS "osprey: NCCL ${OSPREY_NCCL_VERSION} (${OSPREY_NCCL_LIBRARY}, ${OSPREY_NCCL_INCLUDE_DIR})")
   else()
     message(FATAL_ERROR "osprey: the CUDA backend needs NCCL and none was found (run scripts/deps.sh, which "
                         "installs the pip package nvidia-nccl-cu13 into the venv, or set OSPREY_NCCL_ROOT)")
