@@ -7,7 +7,9 @@
 // 2-layer 20b-shaped one (hidden 2880, 64/8 heads, 32 experts of 2880 columns, a 32k vocabulary that
 // does not split evenly). Each run: two prompts prefilled in chunks (one across the 128-row window,
 // batched with the other), a fork by copy_kv, 8 batched decode steps sampled greedily (the distributed
-// argmax) and, from the second step, one seeded top-p row with log-probabilities (the gathered sampler).
+// argmax) and, from the second step, one seeded top-p row with log-probabilities (the gathered sampler);
+// with data parallelism the second and third sequences live in the second group's cache (the first
+// prefill step leaves that group idle).
 //
 // The bound. The TP=1 path and a layout differ only in the order of FP32 sums (out-projection over
 // heads, MoE over experts and columns, summed per rank then over ranks), but the GPU path rounds its
@@ -90,25 +92,33 @@ Trace run(ModelRunner& m) {
         seqs[size_t(s)].pages = test::pages_from(s * 16, 16);
         seqs[size_t(s)].window_slot = s;
     }
+    // With DP, sequence 0 lives in group 0, sequences 1 and 2 (a fork: the same cache) in group 1.
+    const int group12 = m.dp_groups() > 1 ? 1 : 0;
+    auto slice = [&](int s, int first_token, int n) {
+        SequenceSlice sl = test::slice_for(seqs[size_t(s)], first_token, n);
+        sl.dp_group = s == 0 ? 0 : group12;
+        return sl;
+    };
     auto keep = [&] {
         tr.logits.emplace_back();
         m.logits_to_host(tr.logits.back());
     };
-    // Prefill: 100 + 50 tokens of seq 0, the second chunk batched with all of seq 1.
+    // Prefill: 100 + 50 tokens of seq 0 (with DP, group 1 idle), the second chunk batched with all of seq 1.
     tr.logits.push_back(test::step(m, seqs[0], 100));
     {
         ForwardBatch b;
         b.tokens.assign(seqs[0].tokens.begin() + 100, seqs[0].tokens.end());
         b.tokens.insert(b.tokens.end(), seqs[1].tokens.begin(), seqs[1].tokens.end());
-        b.slices.push_back(test::slice_for(seqs[0], 0, 50));
-        b.slices.push_back(test::slice_for(seqs[1], 50, 21));
+        b.slices.push_back(slice(0, 0, 50));
+        b.slices.push_back(slice(1, 50, 21));
         m.forward(b);
         seqs[0].n_computed = 150;
         seqs[1].n_computed = 21;
         keep();
     }
     // Fork seq 1 into seq 2: its two pages and its ring.
-    m.copy_kv(plan_kv_copy({.src_pages = {16, 17}, .dst_pages = {32, 33}, .src_slot = 1, .dst_slot = 2}, layout));
+    m.copy_kv(plan_kv_copy(
+        {.src_pages = {16, 17}, .dst_pages = {32, 33}, .src_slot = 1, .dst_slot = 2, .dp_group = group12}, layout));
     seqs[2].tokens = seqs[1].tokens;
     seqs[2].n_computed = 21;
     const auto argmax = [](std::span<const float> row) {
@@ -121,7 +131,7 @@ Trace run(ModelRunner& m) {
         ForwardBatch b;
         for (int s = 0; s < 3; ++s) {
             seqs[size_t(s)].tokens.push_back(next[size_t(s)]);
-            b.slices.push_back(test::slice_for(seqs[size_t(s)], s, 1));
+            b.slices.push_back(slice(s, s, 1));
             b.tokens.push_back(next[size_t(s)]);
         }
         m.forward(b);
@@ -203,17 +213,15 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"small", {2, 1, 1}}, Case{"small", {4, 1, 1}}, Case{"small", {8, 1, 1}},
                       Case{"small", {1, 2, 1}}, Case{"small", {1, 8, 1}}, Case{"small", {2, 2, 1}},
                       Case{"small", {4, 2, 1}}, Case{"small", {2, 4, 1}}, Case{"20b", {2, 1, 1}},
-                      Case{"20b", {1, 2, 1}}, Case{"20b", {2, 2, 1}}, Case{"20b", {4, 4, 1}}),
+                      Case{"20b", {1, 2, 1}}, Case{"20b", {2, 2, 1}}, Case{"20b", {4, 4, 1}},
+                      // attention data parallelism: two groups, each its batch and cache, the MoE shared
+                      Case{"small", {1, 1, 2}}, Case{"small", {2, 1, 2}}, Case{"small", {1, 2, 2}},
+                      Case{"small", {2, 4, 2}}, Case{"20b", {1, 2, 2}}),
     [](const auto& info) {
         const Case& c = info.param;
-        return c.model + "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep);
+        return c.model + "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep) + "_dp" +
+               std::to_string(c.layout.dp);
     });
-
-TEST(CudaParallel, RefusesDataParallelism) {
-    EXPECT_THROW(make_cuda_parallel_runner(weights("small"),
-                                           {.layout = {1, 1, 2}, .runner = runner_options(), .same_device = true}),
-                 Error);
-}
 
 }  // namespace
 }  // namespace osprey::model

@@ -72,6 +72,8 @@ struct CudaRunner::Activations {
     float* router = nullptr;     // [T, E] router logits
     float* moe = nullptr;        // [T, H] weighted expert sum (added into x by the next norm)
     float* proj = nullptr;       // [T, H] attention TP: the out-projection's partial sum, then reduced
+    bf16* h_all = nullptr;       // [T_dp, H] attention DP: every group's normalised tokens (T_dp = T · dp)
+    float* moe_all = nullptr;    // [T_dp, H] attention DP: the MoE output of every group's tokens
     bf16* final_h = nullptr;     // [R, H]
     float* logits = nullptr;     // [R, V]
     int32_t* greedy = nullptr;   // [R]
@@ -122,6 +124,13 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
         OSPREY_CHECK(options_.shard->host_vocab && !options_.shard->host_vocab->on_device() &&
                          options_.shard->host_vocab->size() == options_.shard->vocab->size(),
                      "cuda shard: host_vocab must be a host communicator over the vocab group's ranks");
+        if (dims_.dp) {
+            OSPREY_CHECK(options_.shard->dp->on_device() && options_.shard->host_dp &&
+                             !options_.shard->host_dp->on_device() &&
+                             options_.shard->host_dp->size() == options_.shard->dp->size(),
+                         "cuda shard: data parallelism needs a device dp and a host host_dp communicator");
+            options_.shard->dp->set_stream(stream_.get());
+        }
     }
     c.validate();
     OSPREY_CHECK(options_.max_tokens > 0 && options_.max_logit_rows > 0 && options_.max_slices > 0,
@@ -140,6 +149,8 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     cuda::attention_configure();  // before any graph capture
 
     const size_t T = size_t(options_.max_tokens), R = size_t(options_.max_logit_rows);
+    // Attention DP: the MoE sees the tokens of every group (each at most max_tokens).
+    const size_t T_moe = dims_.dp ? T * size_t(options_.shard->dp->size()) : T;
     const int target = 2 * cuda::sm_count();
     const size_t P = size_t(options_.max_slices) + size_t(target);
     const size_t H = c.d_model, QKV = size_t(c.q_dim() + 2 * c.kv_dim());
@@ -148,13 +159,14 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     Config moe_config = c;  // a rank's padded expert columns may exceed d_ff
     moe_config.d_ff = std::max(c.d_ff, dims_.d_ff);
     size_t bytes = W::bytes_for<float>(T * H) + W::bytes_for<bf16>(T * H) + W::bytes_for<bf16>(T * QKV) +
-                   W::bytes_for<bf16>(T * c.q_dim()) + W::bytes_for<float>(T * c.n_experts) +
+                   W::bytes_for<bf16>(T * c.q_dim()) + W::bytes_for<float>(T_moe * c.n_experts) +
                    W::bytes_for<float>(T * H) + W::bytes_for<bf16>(R * H) + W::bytes_for<float>(R * c.vocab_size) +
                    W::bytes_for<int32_t>(R) + W::bytes_for<float>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
                    W::bytes_for<int32_t>(R * cuda::kArgmaxChunks) + W::bytes_for<float>(P * group_rows * c.head_dim) +
                    W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
-                   MoeStep::workspace_bytes(moe_config, options_.max_tokens) +
-                   (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0);
+                   MoeStep::workspace_bytes(moe_config, int(T_moe)) +
+                   (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0) +
+                   (dims_.dp ? W::bytes_for<bf16>(T_moe * H) + W::bytes_for<float>(T_moe * H) : 0);
     workspace_ = cuda::Workspace(bytes);
     act_ = std::make_unique<Activations>();
     Activations& a = *act_;
@@ -162,7 +174,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.h = workspace_.take<bf16>(T * H, "h");
     a.qkv = workspace_.take<bf16>(T * QKV, "qkv");
     a.attn = workspace_.take<bf16>(T * c.q_dim(), "attn");
-    a.router = workspace_.take<float>(T * c.n_experts, "router");
+    a.router = workspace_.take<float>(T_moe * c.n_experts, "router");
     a.moe = workspace_.take<float>(T * H, "moe");
     a.final_h = workspace_.take<bf16>(R * H, "final_h");
     a.logits = workspace_.take<float>(R * c.vocab_size, "logits");
@@ -176,8 +188,12 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.merge_counters = workspace_.take<int32_t>(n_counters, "attention merge counters");
     CUDA_CHECK(cudaMemset(a.merge_counters, 0, n_counters * sizeof(int32_t)));
     a.max_partials = int(P);
-    a.moe_step = MoeStep::carve(moe_config, options_.max_tokens, workspace_);
+    a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_);
     if (dims_.attn_reduce) a.proj = workspace_.take<float>(T * H, "out-projection partial sums");
+    if (dims_.dp) {
+        a.h_all = workspace_.take<bf16>(T_moe * H, "every DP group's tokens");
+        a.moe_all = workspace_.take<float>(T_moe * H, "every DP group's MoE output");
+    }
     log::info("cuda: workspace ", workspace_.capacity() / 1e9, " GB for ", T, " tokens per step");
 }
 
@@ -203,6 +219,7 @@ CudaRunner::Dims CudaRunner::make_dims(const Config& c, const CudaRunnerOptions&
     d.vocab = p.vocab.count;
     d.attn_reduce = o.shard && o.shard->attn && o.shard->attn->size() > 1;
     d.moe_reduce = o.shard && o.shard->moe && o.shard->moe->size() > 1;
+    d.dp = o.shard && o.shard->dp && o.shard->dp->size() > 1;
     return d;
 }
 
@@ -359,7 +376,24 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
 }
 
 void CudaRunner::forward(const ForwardBatch& batch) {
-    check_batch(batch);
+    if (dims_.dp) {
+        if (!batch.slices.empty()) check_batch(batch);  // an idle group runs an empty step
+        // Tokens per DP group, for the MoE's gather: every rank of a group sends the same count.
+        const int32_t mine = batch.n_tokens();
+        comm::Communicator& hd = *options_.shard->host_dp;
+        std::vector<int32_t> counts(static_cast<size_t>(hd.size()));
+        hd.all_gather<int32_t>(std::span(&mine, 1), counts);
+        dp_tokens_.assign(counts.begin(), counts.end());
+        dp_first_ = 0;
+        for (int g = 0; g < hd.rank(); ++g) dp_first_ += dp_tokens_[size_t(g)];
+        if (batch.slices.empty()) {
+            for (int layer = 0; layer < config_.n_layers; ++layer) moe_experts_dp(layer, 0);
+            n_logit_rows_ = 0;
+            return;
+        }
+    } else {
+        check_batch(batch);
+    }
     Step step;
     prepare(batch, step);
     if (step.graph_key_ok) {
@@ -529,6 +563,12 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     mark("mlp_norm");
     if (dims_.attn_reduce) dump("resid_attn", layer, a.x, T, c.d_model, false);
     dump("mlp_norm", layer, a.h, T, c.d_model, true);
+    if (dims_.dp) {  // (attention DP: the router and experts on every group's tokens)
+        moe_experts_dp(layer, T);
+        mark("moe");
+        dump("moe", layer, a.moe, T, c.d_model, false);
+        return;
+    }
     // router logits = h · Wgateᵀ + b                                   [T, n_experts] f32
     blas_->linear({.y = a.router, .x = a.h, .w = w.router_w.get(), .bias = w.router_b.get(), .n_tokens = T,
                    .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
@@ -546,6 +586,37 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     }
     mark("moe");
     dump("moe", layer, a.moe, T, c.d_model, false);
+}
+
+// Attention DP (spec §3.6 over every group's tokens): the groups' normalised tokens are gathered in
+// group order, every rank routes all of them and applies its experts' columns, the partial outputs are
+// all-reduced over every rank, and this group keeps its rows.
+void CudaRunner::moe_experts_dp(int layer, int n_local) {
+    const Config& c = config_;
+    const DeviceLayer& w = weights_.layers[layer];
+    Activations& a = *act_;
+    const size_t H = size_t(c.d_model);
+    std::vector<size_t> counts(dp_tokens_.size());
+    size_t total = 0;
+    for (size_t g = 0; g < counts.size(); ++g) total += dp_tokens_[g], counts[g] = dp_tokens_[g] * H;
+    OSPREY_CHECK(total <= size_t(options_.max_tokens) * dp_tokens_.size(), "forward: ", total,
+                 " tokens over the DP groups, the CUDA runner was sized for ", options_.max_tokens, " per group");
+    // h_all = every group's h, in group order                          [T_all, d_model] bf16
+    options_.shard->dp->all_gather_v<bf16>(std::span<const bf16>(a.h, size_t(n_local) * H),
+                                           std::span<bf16>(a.h_all, total * H), counts);
+    if (total == 0) return;
+    // router logits = h_all · Wgateᵀ + b                               [T_all, n_experts] f32
+    blas_->linear({.y = a.router, .x = a.h_all, .w = w.router_w.get(), .bias = w.router_b.get(),
+                   .n_tokens = int(total), .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
+                  stream_);
+    // this rank's experts and columns on every group's tokens, summed over every rank
+    a.moe_step.run(c, {dims_.first_expert, dims_.n_experts, dims_.d_ff}, w, a.h_all, a.router, a.moe_all, int(total),
+                   stream_);
+    options_.shard->moe->all_reduce_sum(std::span(a.moe_all, total * H));
+    // this group keeps its rows
+    if (n_local > 0)
+        CUDA_CHECK(cudaMemcpyAsync(a.moe, a.moe_all + dp_first_ * H, size_t(n_local) * H * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_));
 }
 
 // Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits.

@@ -52,6 +52,12 @@ struct CudaRunnerOptions {
         comm::Communicator* moe = nullptr;         // every rank: the experts' partial sums
         comm::Communicator* vocab = nullptr;       // DP group: logits split by vocabulary
         comm::Communicator* host_vocab = nullptr;  // the same ranks, host memory: the argmax candidates
+        // Attention data parallelism: the ranks at this rank's place in every DP group (one per group,
+        // in group order), device and host. Before each MoE block the groups' tokens are gathered over
+        // it, every rank applies its experts to all of them, and each group keeps its rows; forward()
+        // may then get an empty batch (an idle group still joins the MoE's collectives).
+        comm::Communicator* dp = nullptr;
+        comm::Communicator* host_dp = nullptr;
         int ranks_on_device = 1;                   // ranks sharing this GPU (same-device tests): its KV budget is split
     };
     std::optional<Shard> shard = std::nullopt;
@@ -116,11 +122,15 @@ private:
         int first_expert = 0, n_experts = 0, d_ff = 0;
         int vocab = 0;
         bool attn_reduce = false, moe_reduce = false;  // partial sums to all-reduce
+        bool dp = false;                               // the MoE runs on every DP group's tokens
     };
     static Dims make_dims(const Config& c, const CudaRunnerOptions& o);
     bool sharded() const { return options_.shard.has_value(); }
     void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
     void distributed_greedy(std::vector<int32_t>& out);
+    // Attention DP: the MoE of every DP group's tokens (this group's n_local rows of a.h in, its rows
+    // of the reduced output in a.moe); an idle group runs it for every layer with n_local = 0.
+    void moe_experts_dp(int layer, int n_local);
 
     Config config_;
     CudaRunnerOptions options_;
@@ -144,6 +154,8 @@ private:
     // Decode-only steps, by (batch size, full-layer attention items, window attention items).
     std::map<std::tuple<int, int, int>, cuda::Graph> graphs_;
     int n_logit_rows_ = 0;
+    std::vector<size_t> dp_tokens_;  // attention DP: tokens of each DP group this step
+    size_t dp_first_ = 0;            // this group's first row among them
     CudaDumpFn dump_;
     bool profile_ = false;
     std::vector<std::unique_ptr<cuda::Event>> prof_events_;

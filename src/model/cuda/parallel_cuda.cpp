@@ -17,9 +17,6 @@ namespace osprey::model {
 std::unique_ptr<ModelRunner> make_cuda_parallel_runner(const Weights& weights, const CudaParallelOptions& o) {
     const ParallelLayout layout = o.layout;
     layout.check(weights.config);
-    OSPREY_CHECK(layout.dp == 1, "layout ", layout.label(),
-                 ": the CUDA backend runs tensor and expert parallelism; data parallelism (--dp) runs on the CPU "
-                 "backend only for now");
     cuda::require_device();
     const int n = layout.world();
     int n_devices = 0, current = 0;
@@ -51,6 +48,8 @@ std::unique_ptr<ModelRunner> make_cuda_parallel_runner(const Weights& weights, c
                                             .moe = ctx.moe,
                                             .vocab = ctx.vocab,
                                             .host_vocab = ctx.host_vocab,
+                                            .dp = ctx.dp,
+                                            .host_dp = ctx.host_dp,
                                             .ranks_on_device = o.same_device ? n : 1};
         return std::make_unique<CudaRunner>(weights, ro);
     };

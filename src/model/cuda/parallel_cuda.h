@@ -6,8 +6,9 @@
 //   same_device (comm/same_device.h): every rank on the current device, each with its own stream and
 //     shard, collectives through device memory; for testing a layout on one GPU (slow: host
 //     synchronisation in every collective). Its KV budget is the GPU's shared out over the ranks.
-// A rank holds the same ModelShard as on the CPU backend. Data parallelism (dp > 1) is refused for
-// now on CUDA, and parallel layouts run without CUDA graphs (docs/architecture.md, "Parallelism").
+// A rank holds the same ModelShard as on the CPU backend; with data parallelism each DP group has its
+// batch and KV cache and the MoE runs on every group's tokens, as on the CPU. Parallel layouts run
+// without CUDA graphs for now (docs/architecture.md, "Parallelism").
 // TP=EP=DP=1 never comes here: the factory makes a plain CudaRunner.
 #pragma once
 
