@@ -43,10 +43,35 @@ osprey_python_deps() {
     fi
 }
 
+# NCCL for the CUDA backend's collectives (cmake/Nccl.cmake finds it). Only with nvcc: the CUDA
+# toolkit image ships NCCL (include/nccl.h, lib64/libnccl.so.2); where it does not, and no system copy
+# exists, the pip package of the same version built for CUDA 13 goes into the venv (headers and
+# libnccl.so.2; the build's rpath points there, a GPU machine uses its own system-wide libnccl.so.2).
+OSPREY_NCCL_PIP="nvidia-nccl-cu13==2.28.9"
+osprey_nccl_deps() {
+    local nvcc
+    nvcc="$(command -v nvcc || true)"
+    [ -z "$nvcc" ] && [ -x /usr/local/cuda/bin/nvcc ] && nvcc=/usr/local/cuda/bin/nvcc
+    [ -z "$nvcc" ] && return 0
+    local cuda_root
+    cuda_root="$(cd "$(dirname "$nvcc")/.." && pwd)"
+    for inc in "${OSPREY_NCCL_ROOT:-/nonexistent}/include" "$cuda_root/include" /usr/include /usr/local/include; do
+        [ -f "$inc/nccl.h" ] && return 0
+    done
+    if [ ! -x "$OSPREY_VENV/bin/python" ]; then
+        python3 -m venv "$OSPREY_VENV"
+    fi
+    if ! compgen -G "$OSPREY_VENV/lib/python3*/site-packages/nvidia/nccl/include/nccl.h" >/dev/null; then
+        echo "osprey: installing NCCL into $OSPREY_VENV ($OSPREY_NCCL_PIP)"
+        "$OSPREY_VENV/bin/python" -m pip install -q "$OSPREY_NCCL_PIP"
+    fi
+}
+
 # Configures and builds into <repo>/build (Release, Ninja). nvcc, when present, adds the CUDA backend.
 osprey_build() {
     local jobs="${OSPREY_JOBS:-$(nproc)}"
     local shared="${OSPREY_SHARED_DIR:-$OSPREY_ROOT/../shared}"
+    osprey_nccl_deps
     cmake -S "$OSPREY_ROOT" -B "$OSPREY_ROOT/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DOSPREY_SHARED_DIR="$shared" -DOSPREY_PYTHON="$OSPREY_VENV/bin/python" >/dev/null
     cmake --build "$OSPREY_ROOT/build" -j "$jobs" "$@"

@@ -23,4 +23,13 @@ if [[ -x "$dest/bench_forward" ]]; then
     cupti="$(ldd "$dest/bench_forward" | awk '/libcupti/ {print $3}')"
     [[ -n "$cupti" && -f "$cupti" ]] && cp -L "$cupti" "$dest/"
 fi
+# NCCL (libnccl.so.2, linked by its soname): the H200 has it installed system-wide, where the loader finds
+# it, so it is not copied by default (218 MB). OSPREY_STAGE_NCCL=1 copies the build's own copy, for a
+# machine without one (gpu_suite.sh --bin and LD_LIBRARY_PATH=DIR then pick it up before the system's).
+nccl="$(ldd "$dest/osprey" | awk '/libnccl/ {print $3}')"
+if [[ "${OSPREY_STAGE_NCCL:-0}" == 1 && -n "$nccl" && -f "$nccl" ]]; then
+    cp -L "$nccl" "$dest/libnccl.so.2"
+elif [[ -n "$nccl" ]]; then
+    echo "stage_gpu_bin: NCCL not copied (the GPU machine's libnccl.so.2 is used; OSPREY_STAGE_NCCL=1 copies $nccl)"
+fi
 du -sh "$dest"

@@ -3,12 +3,16 @@
 
 #include <sys/stat.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "core/check.h"
 #include "core/log.h"
 #include "model/gpt_oss_ref.h"
 #include "model/parallel_runner.h"
 #ifdef OSPREY_HAVE_CUDA
 #include "model/cuda/gpt_oss_cuda.h"
+#include "model/cuda/parallel_cuda.h"
 #endif
 
 namespace osprey::backends {
@@ -44,10 +48,7 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
     Runner r;
     r.backend = resolve_backend(o.backend);
     o.layout.check(weights.config);
-    OSPREY_CHECK(o.layout.single() || r.backend == "cpu", "layout ", o.layout.label(),
-                 ": the CUDA backend runs only --tp 1 --ep 1 --dp 1 for now (parallel layouts need its NCCL "
-                 "communicator, not built yet); use --backend cpu to run this layout on the CPU reference backend");
-    if (!o.layout.single()) {
+    if (!o.layout.single() && r.backend == "cpu") {
         r.runner = std::make_unique<model::ParallelRunner>(
             weights, model::ParallelRunnerOptions{.layout = o.layout, .n_threads = o.cpu_threads});
         return r;
@@ -59,6 +60,14 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
         if (o.max_logit_rows > 0) co.max_logit_rows = o.max_logit_rows;
         if (o.max_slices > 0) co.max_slices = o.max_slices;
         co.progress = o.progress;
+        if (!o.layout.single()) {
+            // One CudaRunner shard per GPU over NCCL (model/cuda/parallel_cuda.h); no CPU fallback.
+            const char* env = std::getenv("OSPREY_CUDA_SAME_DEVICE");
+            r.runner = model::make_cuda_parallel_runner(
+                weights, {.layout = o.layout, .runner = co, .same_device = o.cuda_same_device || (env && env == std::string("1"))});
+            r.weights = std::move(weights);
+            return r;
+        }
         try {
             r.runner = std::make_unique<model::CudaRunner>(weights, co);
             r.weights = std::move(weights);

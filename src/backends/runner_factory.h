@@ -33,8 +33,12 @@ struct RunnerOptions {
     int max_slices = 0;
     bool progress = true;  // progress bar while loading weights to the device
     // --tp/--ep/--dp. Above 1: on the CPU backend a ParallelRunner (model/parallel_runner.h, one
-    // thread per rank, cpu_threads shared out); the CUDA backend refuses them for now (no NCCL yet).
+    // thread per rank, cpu_threads shared out); on the CUDA backend one CudaRunner shard per GPU over
+    // NCCL (model/cuda/parallel_cuda.h).
     model::ParallelLayout layout = {};
+    // CUDA layouts: every rank on one GPU (the same-device communicator), for testing a layout where
+    // fewer GPUs exist; also $OSPREY_CUDA_SAME_DEVICE=1.
+    bool cuda_same_device = false;
 };
 
 struct Runner {

@@ -7,6 +7,12 @@
 // so that a NCCL implementation slots in behind it; the in-process one (comm/in_process.h) runs the
 // ranks as threads of one process, for the CPU backend and for CI.
 //
+// Host or device memory. The in-process communicator moves host memory and returns when this rank's
+// part is done. A device communicator (comm/nccl.h: NCCL, one GPU per rank; comm/same_device.h: several
+// ranks on one GPU, for tests) moves device memory, stream-ordered on the stream set by set_stream():
+// a collective reads its input after the work queued before it on that stream, and work queued
+// after it sees the result; it may return before then. Buffers are then device pointers.
+//
 // Determinism: all_reduce_sum adds the ranks' values in rank order, ((x0 + x1) + x2) + ..., for every
 // element, and every rank receives the same bits. A rerun of the same inputs gives the same result.
 #pragma once
@@ -27,7 +33,11 @@ public:
 
     virtual int rank() const = 0;  // in [0, size())
     virtual int size() const = 0;
-    virtual std::string kind() const = 0;  // "in-process", "nccl"
+    virtual std::string kind() const = 0;  // "in-process", "nccl", "same-device"
+    // True when the buffers are device memory (see above); such a communicator needs set_stream().
+    virtual bool on_device() const { return false; }
+    // The CUDA stream (a cudaStream_t) a device communicator orders its work on; host ones ignore it.
+    virtual void set_stream(void* stream) {}
 
     // data = Σ over ranks of data, element by element in rank order; every rank gets the same bits.
     virtual void all_reduce_sum(std::span<float> data) = 0;

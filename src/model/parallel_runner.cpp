@@ -13,7 +13,9 @@ ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
     : config_(weights.config), layout_(o.layout) {
     layout_.check(config_);
     const int n = layout_.world();
-    world_ = comm::make_in_process_group(n);
+    world_ = o.make_device_group ? o.make_device_group(n) : comm::make_in_process_group(n);
+    OSPREY_CHECK(int(world_.size()) == n, "parallel runner: ", world_.size(), " communicators for ", n, " ranks");
+    if (world_.front()->on_device()) host_world_ = comm::make_in_process_group(n);
     comms_.resize(size_t(n));
     ranks_.resize(size_t(n));
     const int cores = o.n_threads > 0 ? o.n_threads : int(std::max(1u, std::thread::hardware_concurrency()));
@@ -24,19 +26,34 @@ ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
     const int G = layout_.group_size(), tp = layout_.tp;
     try {
         run([&](int r) {
+            if (o.on_rank_thread) o.on_rank_thread(r);
             comm::Communicator& world = *world_[size_t(r)];
             RankComms& c = comms_[size_t(r)];
             c.attn = world.split(r / tp, r);  // the attention TP group: same DP group and replica
             c.vocab = world.split(r / G, r);  // the DP group
             c.dp = world.split(r % G, r);     // this place in every DP group: the MoE's token gather
+            if (!host_world_.empty()) {
+                c.host_vocab = host_world_[size_t(r)]->split(r / G, r);
+                c.host_dp = host_world_[size_t(r)]->split(r % G, r);
+            }
+            const RankContext ctx{.rank = r,
+                                  .piece = model_shard(config_, layout_, r),
+                                  .attn = c.attn.get(),
+                                  .moe = &world,  // every rank, every group's tokens
+                                  .vocab = c.vocab.get(),
+                                  .dp = c.dp.get(),
+                                  .host_vocab = c.host_vocab ? c.host_vocab.get() : c.vocab.get(),
+                                  .host_dp = c.host_dp ? c.host_dp.get() : c.dp.get(),
+                                  .n_threads = threads_per_rank};
+            if (o.make_rank) {
+                ranks_[size_t(r)] = o.make_rank(ctx);
+                return;
+            }
             CpuReferenceOptions ro;
             ro.kv_budget_bytes = o.kv_budget_bytes;
-            ro.n_threads = threads_per_rank;
-            ro.shard = CpuReferenceOptions::Shard{.piece = model_shard(config_, layout_, r),
-                                                  .attn = c.attn.get(),
-                                                  .moe = &world,  // every rank, every group's tokens
-                                                  .vocab = c.vocab.get(),
-                                                  .dp = c.dp.get()};
+            ro.n_threads = ctx.n_threads;
+            ro.shard = CpuReferenceOptions::Shard{
+                .piece = ctx.piece, .attn = ctx.attn, .moe = ctx.moe, .vocab = ctx.vocab, .dp = ctx.dp};
             ranks_[size_t(r)] = std::make_unique<CpuReference>(weights, ro);
         });
     } catch (...) {
@@ -46,7 +63,25 @@ ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
 }
 
 ParallelRunner::~ParallelRunner() {
+    // Each rank's runner and communicators are released on its own thread (a GPU rank's resources
+    // belong to its device), runners first: they use the communicators.
+    if (!broken_) {
+        try {
+            run([&](int r) {
+                ranks_[size_t(r)].reset();
+                comms_[size_t(r)] = RankComms{};
+                world_[size_t(r)].reset();
+            });
+        } catch (...) {
+        }
+    }
     stop_threads();
+}
+
+CpuReference& ParallelRunner::rank(int r) {
+    auto* cpu = dynamic_cast<CpuReference*>(ranks_[size_t(r)].get());
+    OSPREY_CHECK(cpu, "parallel runner: rank ", r, " is not a CPU reference rank");
+    return *cpu;
 }
 
 void ParallelRunner::stop_threads() {
@@ -75,6 +110,7 @@ void ParallelRunner::worker(int rank) {
         } catch (...) {
             error = std::current_exception();
             world_[size_t(rank)]->abort();  // peers blocked in a collective with this rank fail too
+            if (!host_world_.empty()) host_world_[size_t(rank)]->abort();
         }
         std::lock_guard lock(mu_);
         if (error && !error_) error_ = error;  // the first in time: the failing rank, not an abort
@@ -100,7 +136,7 @@ void ParallelRunner::run(const std::function<void(int)>& fn) {
 }
 
 std::string ParallelRunner::name() const {
-    return "cpu-reference " + layout_.label() + " (" + std::to_string(layout_.world()) + " ranks)";
+    return ranks_.front()->name() + " " + layout_.label() + " (" + std::to_string(layout_.world()) + " ranks)";
 }
 
 KvSpec ParallelRunner::kv_spec(int page_size) const {
@@ -124,7 +160,7 @@ void ParallelRunner::allocate_kv(const KvLayout& layout) {
                  "parallel runner ", layout_.label(), ": KV spec with rows of ", layout.spec.kv_dim(),
                  ", each rank keeps rows of ", mine.kv_dim(), " (kv_spec())");
     OSPREY_CHECK(layout.bytes() <= kv_budget_bytes(), "parallel runner ", layout_.label(), ": KV layout needs ",
-                 layout.bytes(), " bytes per rank, budget is ", kv_budget_bytes(), " (OSPREY_CPU_KV_BYTES)");
+                 layout.bytes(), " bytes per rank, budget is ", kv_budget_bytes());
     run([&](int r) { ranks_[size_t(r)]->allocate_kv(layout); });
     kv_layout_ = layout;
 }

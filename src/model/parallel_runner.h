@@ -18,8 +18,11 @@
 // a collective; if a rank throws anyway, the communicators are aborted, the error is rethrown, and the
 // runner refuses further work (a step's KV state is then unknown).
 //
-// The CUDA backend will slot in the same way: one worker thread per GPU, a CudaRunner shard per rank,
-// NCCL communicators behind comm::Communicator (docs/architecture.md, "Parallelism").
+// The CUDA backend slots in the same way (model/cuda/parallel_cuda.h): its options give a factory for
+// the ranks (a CudaRunner shard per rank, on its worker thread: one thread per GPU) and one for the
+// device communicators (NCCL, or several ranks on one GPU for tests); the host exchanges of a step
+// (the distributed argmax's candidates, the DP token counts) then go through in-process communicators
+// split the same way (docs/architecture.md, "Parallelism").
 #pragma once
 
 #include <condition_variable>
@@ -36,10 +39,33 @@
 
 namespace osprey::model {
 
+// What a rank's runner is made from (on the rank's own thread). The communicators live as long as the
+// ParallelRunner; the device ones (attn, moe, vocab, dp) carry the rank's activations, the host ones
+// small host arrays. For CPU ranks both are the same in-process communicators.
+struct RankContext {
+    int rank = 0;
+    ModelShard piece;
+    comm::Communicator* attn = nullptr;   // attention TP group
+    comm::Communicator* moe = nullptr;    // every rank: the MoE's combine
+    comm::Communicator* vocab = nullptr;  // the DP group: logits split by vocabulary
+    comm::Communicator* dp = nullptr;     // this place in every DP group
+    comm::Communicator* host_vocab = nullptr;
+    comm::Communicator* host_dp = nullptr;
+    int n_threads = 1;  // CPU threads for this rank
+};
+using RankFactory = std::function<std::unique_ptr<ModelRunner>(const RankContext&)>;
+using CommGroupFactory = std::function<std::vector<std::unique_ptr<comm::Communicator>>(int n_ranks)>;
+
 struct ParallelRunnerOptions {
     ParallelLayout layout = {};
     size_t kv_budget_bytes = 0;  // per rank (CpuReferenceOptions); 0: $OSPREY_CPU_KV_BYTES, else 2 GiB
     int n_threads = 0;           // CPU threads in all, shared out over the ranks; 0: every core
+    // Another backend's ranks (empty: CpuReference shards). With it, make_device_group makes the
+    // communicators of the ranks' activations (empty: in-process ones), and on_rank_thread runs first
+    // on each rank's thread (the CUDA backend selects the rank's device there).
+    RankFactory make_rank = nullptr;
+    CommGroupFactory make_device_group = nullptr;
+    std::function<void(int rank)> on_rank_thread = nullptr;
 };
 
 class ParallelRunner : public ModelRunner {
@@ -51,7 +77,7 @@ public:
 
     const Config& config() const override { return config_; }
     std::string name() const override;  // "cpu-reference TP2 EP2 (2 ranks)"
-    KvDtype kv_dtype() const override { return KvDtype::f32; }
+    KvDtype kv_dtype() const override { return ranks_.front()->kv_dtype(); }
     int dp_groups() const override { return layout_.dp; }
     KvSpec kv_spec(int page_size) const override;  // one rank's: n_kv_heads / tp heads per row
     size_t kv_budget_bytes() const override;       // one rank's
@@ -64,7 +90,8 @@ public:
 
     const ParallelLayout& layout() const { return layout_; }
     int n_ranks() const { return int(ranks_.size()); }
-    CpuReference& rank(int r) { return *ranks_[size_t(r)]; }  // for tests (dump hooks)
+    CpuReference& rank(int r);  // for tests (dump hooks); CPU ranks only
+    ModelRunner& runner(int r) { return *ranks_[size_t(r)]; }
 
 private:
     // Runs fn(rank) on every rank's thread and waits; rethrows the first error after aborting the
@@ -79,13 +106,15 @@ private:
     KvLayout kv_layout_;
     int n_logit_rows_ = 0;                                    // of the last forward (-1 while one runs)
     std::vector<int> row_group_;                              // [n_logit_rows_] DP group of each logit row
-    std::vector<std::unique_ptr<comm::Communicator>> world_;  // [ranks]
+    std::vector<std::unique_ptr<comm::Communicator>> world_;       // [ranks] the activations' (device or host)
+    std::vector<std::unique_ptr<comm::Communicator>> host_world_;  // [ranks] host exchanges; empty: world_
     struct RankComms {
-        // attention TP group, DP group, the same place in every DP group (size dp)
-        std::unique_ptr<comm::Communicator> attn, vocab, dp;
+        // attention TP group, DP group, the same place in every DP group (size dp); host_*: the host
+        // exchanges' (unset when world_ is a host group)
+        std::unique_ptr<comm::Communicator> attn, vocab, dp, host_vocab, host_dp;
     };
-    std::vector<RankComms> comms_;                      // [ranks]
-    std::vector<std::unique_ptr<CpuReference>> ranks_;  // [ranks]
+    std::vector<RankComms> comms_;                     // [ranks]
+    std::vector<std::unique_ptr<ModelRunner>> ranks_;  // [ranks]
 
     std::mutex mu_;
     std::condition_variable cv_job_, cv_done_;

@@ -58,6 +58,7 @@ __global__ void argmax_final_kernel(const ArgmaxArgs a) {
         better(best, best_i, a.scratch_val[r * kArgmaxChunks + k], a.scratch_idx[r * kArgmaxChunks + k]);
     }
     a.out[r] = best_i == INT_MAX ? -1 : best_i;
+    if (a.out_val) a.out_val[r] = best_i == INT_MAX ? -INFINITY : best;
 }
 
 }  // namespace

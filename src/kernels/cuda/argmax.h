@@ -18,6 +18,8 @@ struct ArgmaxArgs {
     int ld = 0;                      // 0: n_cols
     float* scratch_val = nullptr;    // [n_rows, kArgmaxChunks]
     int32_t* scratch_idx = nullptr;  // [n_rows, kArgmaxChunks]
+    float* out_val = nullptr;        // [n_rows] optional: the winning logit (-inf for a row of NaN), for
+                                     // the distributed argmax over vocabulary shards
 };
 
 void argmax(const ArgmaxArgs& a, cudaStream_t stream);

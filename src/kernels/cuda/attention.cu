@@ -333,7 +333,9 @@ void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, const 
 }  // namespace
 
 void attention_configure() {
-    static const bool done = [] {
+    // Once per thread, not per process: the attribute is per device, and with a parallel layout each
+    // rank's thread drives its own GPU (model/cuda/parallel_cuda.h).
+    thread_local const bool done = [] {
         CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(decode_smem_bytes())));
         return true;

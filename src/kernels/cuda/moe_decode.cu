@@ -576,7 +576,7 @@ size_t smem_limit() {
 // shared-memory carveout so that an mlp1 and an mlp2 CTA fit on one SM. Called before any graph
 // capture (by moe_decode_workspace_bytes, which the owner calls when it sizes its workspace).
 void configure() {
-    static const bool done = [] {
+    thread_local const bool done = [] {  // per thread: the attribute is per device (attention_configure)
         for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>}) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,

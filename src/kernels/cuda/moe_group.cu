@@ -23,7 +23,7 @@ struct TileCounts {
 // Expert of routed row r, or -1 past the end / for an id out of range (such rows are dropped).
 __device__ inline int expert_of(const MoeGroupArgs& a, int n_rows, int r) {
     if (r >= n_rows) return -1;
-    const int e = a.expert_ids[r];
+    const int e = a.expert_ids[r] - a.first_expert;
     return e >= 0 && e < a.n_experts ? e : -1;
 }
 

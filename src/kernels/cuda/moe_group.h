@@ -20,6 +20,9 @@ struct MoeGroupArgs {
                                           // (a row with an id out of range is left out of every group)
     int n_tokens = 0;                     // any size, 0 is a no-op
     int n_experts = 0;                    // 1..kMoeMaxExperts
+    // Expert parallelism: this rank's experts are ids [first_expert, first_expert + n_experts), grouped
+    // as 0..n_experts-1; the rows routed to other ranks' experts are left out.
+    int first_expert = 0;
     int top_k = 4;
 };
 

@@ -50,6 +50,9 @@ public:
         copy(buf.get(), v.data, v.nbytes());
     }
 
+    // The copies queued so far have finished (their host sources may be freed).
+    void finish_pending() { stream_.sync(); }
+
     void finish() {
         stream_.sync();
         if (progress_) std::fprintf(stderr, "\n");
@@ -143,6 +146,110 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
     upload_f32(d.final_norm, w.final_norm);
     check_bf16(w.unembedding);
     up.upload(d.unembedding, w.unembedding);
+    up.finish();
+    d.stats.bytes = d.device_bytes();
+    d.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return d;
+}
+
+DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelShard& p, int d_ff_padded) {
+    const Config& c = w.config;
+    if (p.is_whole(c) && d_ff_padded == c.d_ff) return load(w, progress);
+    cuda::require_device();
+    OSPREY_CHECK(p.ff.first % 32 == 0 && p.ff.count % 32 == 0 && d_ff_padded % 32 == 0 && d_ff_padded >= p.ff.count,
+                 "cuda shard: expert columns ", p.ff.first, "+", p.ff.count, " padded to ", d_ff_padded);
+    const auto t0 = std::chrono::steady_clock::now();
+    DeviceWeights d;
+    d.config = c;
+    Uploader up(w.total_bytes(), false);
+    (void)progress;
+    const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), Q = size_t(c.q_dim()), I = size_t(c.d_ff);
+    const size_t h0 = size_t(p.heads.first) * hd, QL = size_t(p.heads.count) * hd;
+    const size_t kv0 = size_t(p.kv_heads.first) * hd, KL = size_t(p.kv_heads.count) * hd;
+    const size_t e0 = size_t(p.experts.first), ne = size_t(p.experts.count);
+    const size_t f0 = size_t(p.ff.first), nf = size_t(p.ff.count), nfp = size_t(d_ff_padded);
+    auto bytes_of = [](const TensorView& v) { return static_cast<const uint8_t*>(v.data); };
+
+    check_bf16(w.embedding);
+    up.upload(d.embedding, w.embedding);
+    d.layers.resize(c.n_layers);
+    for (int i = 0; i < c.n_layers; ++i) {
+        const LayerWeights& l = w.layers[i];
+        DeviceLayer& dl = d.layers[i];
+        for (const TensorView* v : {&l.q_w, &l.k_w, &l.v_w, &l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_w, &l.out_b,
+                                    &l.router_w, &l.router_b, &l.mlp1_bias, &l.mlp2_bias})
+            check_bf16(*v);
+        upload_f32(dl.attn_norm, l.attn_norm);
+        upload_f32(dl.mlp_norm, l.mlp_norm);
+        // q, k, v rows of this rank's heads back to back: [QL + 2 KL, H] and [QL + 2 KL].
+        dl.qkv_w.resize((QL + 2 * KL) * H);
+        dl.qkv_b.resize(QL + 2 * KL);
+        up.copy(dl.qkv_w.get(), bytes_of(l.q_w) + h0 * H * 2, QL * H * 2);
+        up.copy(dl.qkv_w.get() + QL * H, bytes_of(l.k_w) + kv0 * H * 2, KL * H * 2);
+        up.copy(dl.qkv_w.get() + (QL + KL) * H, bytes_of(l.v_w) + kv0 * H * 2, KL * H * 2);
+        up.copy(dl.qkv_b.get(), bytes_of(l.q_b) + h0 * 2, QL * 2);
+        up.copy(dl.qkv_b.get() + QL, bytes_of(l.k_b) + kv0 * 2, KL * 2);
+        up.copy(dl.qkv_b.get() + QL + KL, bytes_of(l.v_b) + kv0 * 2, KL * 2);
+        dl.sinks.resize(size_t(p.heads.count));
+        up.copy(dl.sinks.get(), bytes_of(l.sinks) + size_t(p.heads.first) * 2, size_t(p.heads.count) * 2);
+        // out_w [H, Q]: the columns of this rank's heads.
+        {
+            std::vector<uint8_t> cols(H * QL * 2);
+            for (size_t r = 0; r < H; ++r) std::memcpy(cols.data() + r * QL * 2, bytes_of(l.out_w) + (r * Q + h0) * 2, QL * 2);
+            dl.out_w.resize(H * QL);
+            up.copy(dl.out_w.get(), cols.data(), cols.size());
+        }
+        if (p.out_bias) {
+            upload_f32(dl.out_b, l.out_b);
+        } else {
+            dl.out_b.resize(H);
+            dl.out_b.fill_bytes(0);
+        }
+        up.upload(dl.router_w, l.router_w);
+        upload_f32(dl.router_b, l.router_b);
+        // mlp1 [E, 2I, H/32, 16] (+ scales [E, 2I, H/32], bias [E, 2I]): rows [2 f0, 2 (f0 + nf)) of each
+        // local expert, then zero rows up to 2 nfp.
+        const size_t row1 = H / 2, row1_scales = H / 32;
+        std::vector<uint8_t> b1(ne * 2 * nfp * row1, 0), s1(ne * 2 * nfp * row1_scales, 0), bias1(ne * 2 * nfp * 2, 0);
+        for (size_t le = 0; le < ne; ++le) {
+            const size_t src_row = (e0 + le) * 2 * I + 2 * f0;
+            std::memcpy(b1.data() + le * 2 * nfp * row1, bytes_of(l.mlp1_blocks) + src_row * row1, 2 * nf * row1);
+            std::memcpy(s1.data() + le * 2 * nfp * row1_scales, bytes_of(l.mlp1_scales) + src_row * row1_scales,
+                        2 * nf * row1_scales);
+            std::memcpy(bias1.data() + le * 2 * nfp * 2, bytes_of(l.mlp1_bias) + src_row * 2, 2 * nf * 2);
+        }
+        dl.mlp1_blocks.resize(b1.size());
+        dl.mlp1_scales.resize(s1.size());
+        dl.mlp1_bias.resize(bias1.size() / 2);
+        up.copy(dl.mlp1_blocks.get(), b1.data(), b1.size());
+        up.copy(dl.mlp1_scales.get(), s1.data(), s1.size());
+        up.copy(dl.mlp1_bias.get(), bias1.data(), bias1.size());
+        // mlp2 [E, H, I/32, 16] (+ scales [E, H, I/32]): input groups [f0/32, (f0 + nf)/32) of every row,
+        // then zero groups up to nfp/32; bias [E, H] of the local experts, or zero.
+        const size_t g_all = I / 32, g0 = f0 / 32, ng = nf / 32, ngp = nfp / 32;
+        std::vector<uint8_t> b2(ne * H * ngp * 16, 0), s2(ne * H * ngp, 0);
+        for (size_t le = 0; le < ne; ++le)
+            for (size_t r = 0; r < H; ++r) {
+                const size_t src = (e0 + le) * H + r, dst = le * H + r;
+                std::memcpy(b2.data() + dst * ngp * 16, bytes_of(l.mlp2_blocks) + (src * g_all + g0) * 16, ng * 16);
+                std::memcpy(s2.data() + dst * ngp, bytes_of(l.mlp2_scales) + src * g_all + g0, ng);
+            }
+        dl.mlp2_blocks.resize(b2.size());
+        dl.mlp2_scales.resize(s2.size());
+        up.copy(dl.mlp2_blocks.get(), b2.data(), b2.size());
+        up.copy(dl.mlp2_scales.get(), s2.data(), s2.size());
+        dl.mlp2_bias.resize(ne * H);
+        if (p.down_bias) {
+            up.copy(dl.mlp2_bias.get(), bytes_of(l.mlp2_bias) + e0 * H * 2, ne * H * 2);
+        } else {
+            dl.mlp2_bias.fill_bytes(0);
+        }
+        up.finish_pending();  // the host staging vectors above die at the end of this iteration
+    }
+    upload_f32(d.final_norm, w.final_norm);
+    check_bf16(w.unembedding);
+    d.unembedding.resize(size_t(p.vocab.count) * H);
+    up.copy(d.unembedding.get(), bytes_of(w.unembedding) + size_t(p.vocab.first) * H * 2, size_t(p.vocab.count) * H * 2);
     up.finish();
     d.stats.bytes = d.device_bytes();
     d.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

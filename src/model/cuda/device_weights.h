@@ -11,6 +11,7 @@
 
 #include "core/bf16.h"
 #include "kernels/cuda/runtime.h"
+#include "model/parallel_layout.h"
 #include "model/weights.h"
 
 namespace osprey::model {
@@ -43,6 +44,12 @@ class DeviceWeights {
 public:
     // Copies every tensor of `w` to the current device. progress: draw a bar on stderr.
     static DeviceWeights load(const Weights& w, bool progress);
+    // One rank's piece of a parallel layout (model/parallel_layout.h): q/k/v rows, sinks and the
+    // out-projection's columns of its heads (out_b zero unless piece.out_bias), its experts with
+    // intermediate columns [ff.first, ff.end()) padded with zero weights to d_ff_padded (a whole
+    // number of the expert kernels' 64-column tiles; mlp2_bias zero unless piece.down_bias), its
+    // unembedding rows. Embedding, norms and router whole. A whole piece is load(w, progress).
+    static DeviceWeights load(const Weights& w, bool progress, const ModelShard& piece, int d_ff_padded);
 
     Config config;
     cuda::DeviceBuffer<bf16> embedding;    // [vocab, H]

@@ -55,6 +55,8 @@ private:
     size_t size_ = 0;
 };
 
+int round_up(int n, int m) { return (n + m - 1) / m * m; }
+
 bool is_plain_greedy(const SamplingParams& p) {
     return p.is_greedy() && !p.logprobs && p.top_logprobs == 0 && p.repetition_penalty == 1.0f &&
            p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logit_bias.empty();
@@ -69,11 +71,26 @@ struct CudaRunner::Activations {
     bf16* qkv = nullptr;         // [T, Q + 2K]
     bf16* attn = nullptr;        // [T, Q]
     float* router = nullptr;     // [T, E] router logits
-    float* moe = nullptr;        // [T, H] weighted expert sum, for dumps only (the next norm sums moe_out)
-    MoeOutputs moe_out;          // the last MoE block's per-slot parts (added into x by the next norm)
+    // The last MoE block's output, added into x by the next norm: its per-slot parts (moe_out, the
+    // single-GPU path: the norm sums them), or, when moe_out.y is null, the dense sum in `moe` (a
+    // rank of a parallel layout, after the all-reduce). `moe` also holds the dense sum for dumps.
+    float* moe = nullptr;        // [T, H]
+    MoeOutputs moe_out;
+    float* proj = nullptr;       // [T, H] attention TP: the out-projection's partial sum, then reduced
+    bf16* h_all = nullptr;       // [T_dp, H] attention DP: every group's normalised tokens (T_dp = T · dp)
+    float* moe_all = nullptr;    // [T_dp, H] attention DP: the MoE output of every group's tokens
+    // The residual add of the last MoE block into an rmsnorm's arguments.
+    void add_moe(cuda::RmsNormArgs& r) const {
+        if (moe_out.y) {
+            r.moe_y = moe_out.y, r.moe_w = moe_out.w;
+        } else {
+            r.delta = moe;
+        }
+    }
     bf16* final_h = nullptr;     // [R, H]
     float* logits = nullptr;     // [R, V]
     int32_t* greedy = nullptr;   // [R]
+    float* greedy_val = nullptr; // [R] the winning logits (sharded vocabulary: the argmax candidates)
     float* argmax_val = nullptr; // [R, kArgmaxChunks]
     int32_t* argmax_idx = nullptr;
     float* partial_acc = nullptr;  // [P, n_kv, group, head_dim]
@@ -104,9 +121,30 @@ struct CudaRunner::Step {
 CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     : config_(weights.config),
       options_(options),
-      weights_(DeviceWeights::load(weights, options.progress)),
+      dims_(make_dims(config_, options_)),
+      weights_(options.shard ? DeviceWeights::load(weights, options.progress, options.shard->piece, dims_.d_ff)
+                             : DeviceWeights::load(weights, options.progress)),
       rope_(config_, config_.max_position) {
     const Config& c = config_;
+    if (sharded()) {
+        // The same-device communicator synchronises on the host inside collectives, which a graph
+        // capture cannot hold; NCCL could be captured, but is not yet (docs/architecture.md).
+        options_.graphs = false;
+        for (comm::Communicator* cm : {options_.shard->attn, options_.shard->moe, options_.shard->vocab}) {
+            OSPREY_CHECK(cm && cm->on_device(), "cuda shard: its attn, moe and vocab communicators must be device ones");
+            cm->set_stream(stream_.get());
+        }
+        OSPREY_CHECK(options_.shard->host_vocab && !options_.shard->host_vocab->on_device() &&
+                         options_.shard->host_vocab->size() == options_.shard->vocab->size(),
+                     "cuda shard: host_vocab must be a host communicator over the vocab group's ranks");
+        if (dims_.dp) {
+            OSPREY_CHECK(options_.shard->dp->on_device() && options_.shard->host_dp &&
+                             !options_.shard->host_dp->on_device() &&
+                             options_.shard->host_dp->size() == options_.shard->dp->size(),
+                         "cuda shard: data parallelism needs a device dp and a host host_dp communicator");
+            options_.shard->dp->set_stream(stream_.get());
+        }
+    }
     c.validate();
     OSPREY_CHECK(options_.max_tokens > 0 && options_.max_logit_rows > 0 && options_.max_slices > 0,
                  "cuda runner: max_tokens ", options_.max_tokens, ", max_logit_rows ", options_.max_logit_rows,
@@ -124,18 +162,24 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     cuda::attention_configure();  // before any graph capture
 
     const size_t T = size_t(options_.max_tokens), R = size_t(options_.max_logit_rows);
+    // Attention DP: the MoE sees the tokens of every group (each at most max_tokens).
+    const size_t T_moe = dims_.dp ? T * size_t(options_.shard->dp->size()) : T;
     const int target = 2 * cuda::sm_count();
     const size_t P = size_t(options_.max_slices) + size_t(target);
     const size_t H = c.d_model, QKV = size_t(c.q_dim() + 2 * c.kv_dim());
     const size_t group_rows = size_t(c.n_kv_heads) * cuda::kAttnGroup;
     using W = cuda::Workspace;
+    Config moe_config = c;  // a rank's padded expert columns may exceed d_ff
+    moe_config.d_ff = std::max(c.d_ff, dims_.d_ff);
     size_t bytes = W::bytes_for<float>(T * H) + W::bytes_for<bf16>(T * H) + W::bytes_for<bf16>(T * QKV) +
-                   W::bytes_for<bf16>(T * c.q_dim()) + W::bytes_for<float>(T * c.n_experts) +
+                   W::bytes_for<bf16>(T * c.q_dim()) + W::bytes_for<float>(T_moe * c.n_experts) +
                    W::bytes_for<float>(T * H) + W::bytes_for<bf16>(R * H) + W::bytes_for<float>(R * c.vocab_size) +
-                   W::bytes_for<int32_t>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
+                   W::bytes_for<int32_t>(R) + W::bytes_for<float>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
                    W::bytes_for<int32_t>(R * cuda::kArgmaxChunks) + W::bytes_for<float>(P * group_rows * c.head_dim) +
                    W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
-                   MoeStep::workspace_bytes(c, options_.max_tokens);
+                   MoeStep::workspace_bytes(moe_config, int(T_moe)) +
+                   (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0) +
+                   (dims_.dp ? W::bytes_for<bf16>(T_moe * H) + W::bytes_for<float>(T_moe * H) : 0);
     workspace_ = cuda::Workspace(bytes);
     act_ = std::make_unique<Activations>();
     Activations& a = *act_;
@@ -143,11 +187,12 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.h = workspace_.take<bf16>(T * H, "h");
     a.qkv = workspace_.take<bf16>(T * QKV, "qkv");
     a.attn = workspace_.take<bf16>(T * c.q_dim(), "attn");
-    a.router = workspace_.take<float>(T * c.n_experts, "router");
+    a.router = workspace_.take<float>(T_moe * c.n_experts, "router");
     a.moe = workspace_.take<float>(T * H, "moe");
     a.final_h = workspace_.take<bf16>(R * H, "final_h");
     a.logits = workspace_.take<float>(R * c.vocab_size, "logits");
     a.greedy = workspace_.take<int32_t>(R, "greedy");
+    a.greedy_val = workspace_.take<float>(R, "greedy values");
     a.argmax_val = workspace_.take<float>(R * cuda::kArgmaxChunks, "argmax");
     a.argmax_idx = workspace_.take<int32_t>(R * cuda::kArgmaxChunks, "argmax");
     a.partial_acc = workspace_.take<float>(P * group_rows * c.head_dim, "attention partials");
@@ -156,29 +201,69 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.merge_counters = workspace_.take<int32_t>(n_counters, "attention merge counters");
     CUDA_CHECK(cudaMemset(a.merge_counters, 0, n_counters * sizeof(int32_t)));
     a.max_partials = int(P);
-    a.moe_step = MoeStep::carve(c, options_.max_tokens, workspace_);
+    a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_);
+    if (dims_.attn_reduce) a.proj = workspace_.take<float>(T * H, "out-projection partial sums");
+    if (dims_.dp) {
+        a.h_all = workspace_.take<bf16>(T_moe * H, "every DP group's tokens");
+        a.moe_all = workspace_.take<float>(T_moe * H, "every DP group's MoE output");
+    }
     log::info("cuda: workspace ", workspace_.capacity() / 1e9, " GB for ", T, " tokens per step");
 }
 
 CudaRunner::~CudaRunner() = default;
+
+CudaRunner::Dims CudaRunner::make_dims(const Config& c, const CudaRunnerOptions& o) {
+    const ModelShard p = o.shard ? o.shard->piece : ModelShard::whole(c);
+    OSPREY_CHECK(p.kv_heads.count > 0 && p.kv_heads.end() <= c.n_kv_heads && p.heads.count == p.kv_heads.count * c.group() &&
+                     p.heads.first == p.kv_heads.first * c.group() && p.experts.end() <= c.n_experts &&
+                     p.ff.end() <= c.d_ff && p.ff.count % 32 == 0 && p.vocab.count > 0 && p.vocab.end() <= c.vocab_size,
+                 "cuda shard: bad model piece (kv heads ", p.kv_heads.first, "+", p.kv_heads.count, ", experts ",
+                 p.experts.first, "+", p.experts.count, ", ff ", p.ff.first, "+", p.ff.count, ")");
+    Dims d;
+    d.n_heads = p.heads.count;
+    d.n_kv_heads = p.kv_heads.count;
+    d.q_dim = d.n_heads * c.head_dim;
+    d.kv_dim = d.n_kv_heads * c.head_dim;
+    d.first_expert = p.experts.first;
+    d.n_experts = p.experts.count;
+    // The expert kernels take whole 64-column tiles of the intermediate dimension (moe_mlp_mxfp4.h);
+    // a rank's share of 32-column MXFP4 groups is padded with zero weights, which add exact zeros.
+    d.d_ff = p.ff.count == c.d_ff ? c.d_ff : round_up(p.ff.count, 64);
+    d.vocab = p.vocab.count;
+    d.attn_reduce = o.shard && o.shard->attn && o.shard->attn->size() > 1;
+    d.moe_reduce = o.shard && o.shard->moe && o.shard->moe->size() > 1;
+    d.dp = o.shard && o.shard->dp && o.shard->dp->size() > 1;
+    return d;
+}
+
+KvSpec CudaRunner::kv_spec(int page_size) const {
+    return KvSpec(config_, kv_dtype(), page_size, config_.n_kv_heads / dims_.n_kv_heads);
+}
 
 std::string CudaRunner::name() const { return "cuda:" + cuda::device_name(); }
 
 size_t CudaRunner::kv_budget_bytes() const {
     size_t held = 0;
     for (size_t i = 0; i < k_cache_.size(); ++i) held += k_cache_[i].bytes() + v_cache_[i].bytes();
-    const size_t free = cuda::mem_info().free + held;
+    // Ranks sharing the GPU (same-device tests) share its free memory; each holds its own cache.
+    const size_t ranks = options_.shard ? size_t(std::max(1, options_.shard->ranks_on_device)) : 1;
+    const size_t free = (cuda::mem_info().free + held * ranks) / ranks;
     return free > options_.kv_reserve_bytes ? free - options_.kv_reserve_bytes : 0;
 }
 
 void CudaRunner::allocate_kv(const KvLayout& layout) {
     layout.check("cuda");
     const Config& c = config_;
-    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == c.n_layers, "cuda: KV spec for ",
-                 layout.spec.n_layers(), " layers of ", kv_dtype_name(layout.spec.dtype()), ", this backend keeps ",
-                 c.n_layers, " layers of ", kv_dtype_name(kv_dtype()));
+    OSPREY_CHECK(layout.spec.dtype() == kv_dtype() && layout.spec.n_layers() == c.n_layers &&
+                     layout.spec.kv_dim() == dims_.kv_dim,
+                 "cuda: KV spec for ", layout.spec.n_layers(), " layers of ", kv_dtype_name(layout.spec.dtype()),
+                 " rows of ", layout.spec.kv_dim(), ", this backend keeps ", c.n_layers, " layers of ",
+                 kv_dtype_name(kv_dtype()), " rows of ", dims_.kv_dim, " (kv_spec())");
+    // (Ranks sharing one GPU allocate at the same time, each seeing the others' caches as used: the
+    // parallel runner checked the layout against one rank's share before they started.)
     const size_t budget = kv_budget_bytes();
-    OSPREY_CHECK(layout.bytes() <= budget, "cuda: KV layout needs ", layout.bytes(), " bytes, budget is ", budget);
+    OSPREY_CHECK(layout.bytes() <= budget || (sharded() && options_.shard->ranks_on_device > 1), "cuda: KV layout needs ",
+                 layout.bytes(), " bytes, budget is ", budget);
     graphs_.clear();  // they hold the old cache pointers
     k_cache_.clear();
     v_cache_.clear();
@@ -187,8 +272,8 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     v_cache_.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
         const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
-        k_cache_[i].resize(rows * c.kv_dim());
-        v_cache_[i].resize(rows * c.kv_dim());
+        k_cache_[i].resize(rows * dims_.kv_dim);
+        v_cache_[i].resize(rows * dims_.kv_dim);
         k_cache_[i].fill_bytes(0);
         v_cache_[i].fill_bytes(0);
     }
@@ -242,9 +327,9 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     step.n_logit_rows = int(logit_rows.size());
     step.graph_key_ok = decode_only && options_.graphs && !dump_ && !profile_;
     const int target = 2 * cuda::sm_count();
-    const cuda::AttnPlan full = cuda::plan_attention(full_slices, 0, c.n_kv_heads, target, step.graph_key_ok);
+    const cuda::AttnPlan full = cuda::plan_attention(full_slices, 0, dims_.n_kv_heads, target, step.graph_key_ok);
     const cuda::AttnPlan window =
-        cuda::plan_attention(window_slices, c.sliding_window, c.n_kv_heads, target, step.graph_key_ok);
+        cuda::plan_attention(window_slices, c.sliding_window, dims_.n_kv_heads, target, step.graph_key_ok);
     OSPREY_CHECK(full.n_partials <= act_->max_partials && window.n_partials <= act_->max_partials,
                  "forward: attention needs ", std::max(full.n_partials, window.n_partials),
                  " split partials, the workspace holds ", act_->max_partials);
@@ -304,7 +389,24 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
 }
 
 void CudaRunner::forward(const ForwardBatch& batch) {
-    check_batch(batch);
+    if (dims_.dp) {
+        if (!batch.slices.empty()) check_batch(batch);  // an idle group runs an empty step
+        // Tokens per DP group, for the MoE's gather: every rank of a group sends the same count.
+        const int32_t mine = batch.n_tokens();
+        comm::Communicator& hd = *options_.shard->host_dp;
+        std::vector<int32_t> counts(static_cast<size_t>(hd.size()));
+        hd.all_gather<int32_t>(std::span(&mine, 1), counts);
+        dp_tokens_.assign(counts.begin(), counts.end());
+        dp_first_ = 0;
+        for (int g = 0; g < hd.rank(); ++g) dp_first_ += dp_tokens_[size_t(g)];
+        if (batch.slices.empty()) {
+            for (int layer = 0; layer < config_.n_layers; ++layer) moe_experts_dp(layer, 0);
+            n_logit_rows_ = 0;
+            return;
+        }
+    } else {
+        check_batch(batch);
+    }
     Step step;
     prepare(batch, step);
     if (step.graph_key_ok) {
@@ -369,14 +471,15 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     const DeviceLayer& w = weights_.layers[layer];
     Activations& a = *act_;
     const int T = step.n_tokens;
-    const int qkv_width = c.q_dim() + 2 * c.kv_dim();
+    const Dims& d = dims_;  // this rank's heads (all of them unless sharded)
+    const int qkv_width = d.q_dim + 2 * d.kv_dim;
 
     // h = rmsnorm(x + moe of the previous block) · gain                 [T, d_model] bf16
     // (the previous block's MoE residual add is fused here; dumps keep the CPU reference's order)
-    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .moe_y = layer > 0 ? a.moe_out.y : nullptr,
-                   .moe_w = a.moe_out.w,
-                   .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
-                  stream_);
+    cuda::RmsNormArgs norm{.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .n_tokens = T, .d = c.d_model,
+                           .eps = c.norm_eps};
+    if (layer > 0) a.add_moe(norm);
+    cuda::rmsnorm(norm, stream_);
     mark("attn_norm");
     if (layer > 0) dump("resid_mlp", layer - 1, a.x, T, c.d_model, false);
     dump("attn_norm", layer, a.h, T, c.d_model, true);
@@ -390,7 +493,7 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     const bool sliding = layout_.spec.is_ring(layer);
     const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
     cuda::RopeArgs ra{.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
-                      .n_tokens = T, .ld = qkv_width, .n_q_heads = c.n_heads, .n_kv_heads = c.n_kv_heads,
+                      .n_tokens = T, .ld = qkv_width, .n_q_heads = d.n_heads, .n_kv_heads = d.n_kv_heads,
                       .head_dim = c.head_dim};
     if (step.store_in_rope) {
         ra.store = sliding ? step.store_window : step.store_full;
@@ -407,7 +510,7 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     // attn = softmax-with-sink(q·kᵀ / sqrt(head_dim)) · v: earlier positions from the cache (pages
     // on full layers, the window ring on sliding ones), this step's from qkv.
     cuda::attention({.out = a.attn,
-                     .ld_out = c.q_dim(),
+                     .ld_out = d.q_dim,
                      .qkv = a.qkv,
                      .ld_qkv = qkv_width,
                      .k_cache = k_cache_[layer].get(),
@@ -417,20 +520,20 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .window = sliding ? c.sliding_window : 0,
                      .page_table = step.page_table,
                      .sinks = w.sinks.get(),
-                     .n_q_heads = c.n_heads,
-                     .n_kv_heads = c.n_kv_heads,
+                     .n_q_heads = d.n_heads,
+                     .n_kv_heads = d.n_kv_heads,
                      .head_dim = c.head_dim,
                      .partial_acc = a.partial_acc,
                      .partial_ml = a.partial_ml,
                      .merge_counters = a.merge_counters},
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
-    dump("attn", layer, a.attn, T, c.q_dim(), true);
+    dump("attn", layer, a.attn, T, d.q_dim, true);
     // append this step's k, v to the cache (unless RoPE did)
     if (!step.store_in_rope) cuda::kv_store({.qkv = a.qkv,
                     .ld_qkv = qkv_width,
-                    .n_q_heads = c.n_heads,
-                    .n_kv_heads = c.n_kv_heads,
+                    .n_q_heads = d.n_heads,
+                    .n_kv_heads = d.n_kv_heads,
                     .head_dim = c.head_dim,
                     .k_cache = k_cache_[layer].get(),
                     .v_cache = v_cache_[layer].get(),
@@ -440,9 +543,19 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                    stream_);
     mark("kv_store");
 
+    if (d.attn_reduce) {
+        // (TP: this rank's heads give a partial sum, the bias on one rank; summed over the TP group,
+        // then added into x by the MoE block's norm)                    [T, d_model] f32
+        blas_->linear({.y = a.proj, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
+                       .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true},
+                      stream_);
+        options_.shard->attn->all_reduce_sum(std::span(a.proj, size_t(T) * c.d_model));
+        mark("out_proj");
+        return;
+    }
     // x += attn · Woutᵀ + b (projection, bias and residual add in one GEMM) [T, d_model] f32
     blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
-                   .n_out = c.d_model, .n_in = c.q_dim(), .y_f32 = true, .accumulate = true},
+                   .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true, .accumulate = true},
                   stream_);
     mark("out_proj");
     dump("resid_attn", layer, a.x, T, c.d_model, false);
@@ -457,10 +570,20 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     const int T = step.n_tokens;
 
     // h = rmsnorm(x) · gain                                             [T, d_model] bf16
-    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.mlp_norm.get(), .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
+    // (attention TP: x += the reduced out-projection first)
+    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.mlp_norm.get(), .delta = dims_.attn_reduce ? a.proj : nullptr,
+                   .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
                   stream_);
     mark("mlp_norm");
+    if (dims_.attn_reduce) dump("resid_attn", layer, a.x, T, c.d_model, false);
     dump("mlp_norm", layer, a.h, T, c.d_model, true);
+    if (dims_.dp) {  // (attention DP: the router and experts on every group's tokens)
+        a.moe_out = {};
+        moe_experts_dp(layer, T);
+        mark("moe");
+        dump("moe", layer, a.moe, T, c.d_model, false);
+        return;
+    }
     // router logits = h · Wgateᵀ + b                                   [T, n_experts] f32
     blas_->linear({.y = a.router, .x = a.h, .w = w.router_w.get(), .bias = w.router_b.get(), .n_tokens = T,
                    .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
@@ -469,14 +592,52 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     dump("router_logits", layer, a.router, T, c.n_experts, false);
     // top-4 on the raw logits, softmax over those four; experts (MXFP4) with clamped SwiGLU; the
     // weighted sum of the four expert outputs (b2 inside the sum)       [T, d_model] f32
-    a.moe_out = a.moe_step.run(c, w, a.h, a.router, T, stream_);
-    if (dump_) {  // the dense sum, as the CPU reference dumps it
-        cuda::moe_combine({.out = a.moe, .y = a.moe_out.y, .expert_weights = a.moe_out.w, .n_tokens = T,
-                           .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
-                          stream_);
+    // (EP/TP: this rank's experts and columns, each expert's b2 on one rank; summed over all ranks)
+    if (sharded()) {
+        a.moe_out = {};
+        a.moe_step.run(c, {dims_.first_expert, dims_.n_experts, dims_.d_ff}, w, a.h, a.router, a.moe, T, stream_);
+        if (dims_.moe_reduce) options_.shard->moe->all_reduce_sum(std::span(a.moe, size_t(T) * c.d_model));
+    } else {
+        a.moe_out = a.moe_step.run(c, w, a.h, a.router, T, stream_);
+        if (dump_) {  // the dense sum, as the CPU reference dumps it
+            cuda::moe_combine({.out = a.moe, .y = a.moe_out.y, .expert_weights = a.moe_out.w, .n_tokens = T,
+                               .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
+                              stream_);
+        }
     }
     mark("moe");
     dump("moe", layer, a.moe, T, c.d_model, false);
+}
+
+// Attention DP (spec §3.6 over every group's tokens): the groups' normalised tokens are gathered in
+// group order, every rank routes all of them and applies its experts' columns, the partial outputs are
+// all-reduced over every rank, and this group keeps its rows.
+void CudaRunner::moe_experts_dp(int layer, int n_local) {
+    const Config& c = config_;
+    const DeviceLayer& w = weights_.layers[layer];
+    Activations& a = *act_;
+    const size_t H = size_t(c.d_model);
+    std::vector<size_t> counts(dp_tokens_.size());
+    size_t total = 0;
+    for (size_t g = 0; g < counts.size(); ++g) total += dp_tokens_[g], counts[g] = dp_tokens_[g] * H;
+    OSPREY_CHECK(total <= size_t(options_.max_tokens) * dp_tokens_.size(), "forward: ", total,
+                 " tokens over the DP groups, the CUDA runner was sized for ", options_.max_tokens, " per group");
+    // h_all = every group's h, in group order                          [T_all, d_model] bf16
+    options_.shard->dp->all_gather_v<bf16>(std::span<const bf16>(a.h, size_t(n_local) * H),
+                                           std::span<bf16>(a.h_all, total * H), counts);
+    if (total == 0) return;
+    // router logits = h_all · Wgateᵀ + b                               [T_all, n_experts] f32
+    blas_->linear({.y = a.router, .x = a.h_all, .w = w.router_w.get(), .bias = w.router_b.get(),
+                   .n_tokens = int(total), .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
+                  stream_);
+    // this rank's experts and columns on every group's tokens, summed over every rank
+    a.moe_step.run(c, {dims_.first_expert, dims_.n_experts, dims_.d_ff}, w, a.h_all, a.router, a.moe_all, int(total),
+                   stream_);
+    options_.shard->moe->all_reduce_sum(std::span(a.moe_all, total * H));
+    // this group keeps its rows
+    if (n_local > 0)
+        CUDA_CHECK(cudaMemcpyAsync(a.moe, a.moe_all + dp_first_ * H, size_t(n_local) * H * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, stream_));
 }
 
 // Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits.
@@ -486,26 +647,27 @@ void CudaRunner::unembed(const Step& step) {
     const int R = step.n_logit_rows;
     if (dump_) {
         // Apply the last block's MoE residual to every row (outside dumps only the gathered rows get it).
-        cuda::rmsnorm({.y = a.h, .x = a.x, .gain = weights_.final_norm.get(), .moe_y = a.moe_out.y,
-                       .moe_w = a.moe_out.w,
-                       .n_tokens = step.n_tokens, .d = c.d_model, .eps = c.norm_eps},
-                      stream_);
+        cuda::RmsNormArgs norm{.y = a.h, .x = a.x, .gain = weights_.final_norm.get(), .n_tokens = step.n_tokens,
+                               .d = c.d_model, .eps = c.norm_eps};
+        a.add_moe(norm);
+        cuda::rmsnorm(norm, stream_);
         dump("resid_mlp", c.n_layers - 1, a.x, step.n_tokens, c.d_model, false);
     }
     if (R == 0) return;
     // h = rmsnorm(x + moe) · gain on the logit rows only                 [R, d_model] bf16
-    cuda::rmsnorm({.y = a.final_h, .x = a.x, .gain = weights_.final_norm.get(), .moe_y = dump_ ? nullptr : a.moe_out.y,
-                   .moe_w = a.moe_out.w,
-                   .rows = step.logit_rows, .n_tokens = R, .d = c.d_model, .eps = c.norm_eps},
-                  stream_);
+    cuda::RmsNormArgs final_norm{.y = a.final_h, .x = a.x, .gain = weights_.final_norm.get(), .rows = step.logit_rows,
+                                 .n_tokens = R, .d = c.d_model, .eps = c.norm_eps};
+    if (!dump_) a.add_moe(final_norm);  // (dumps added it to every row above)
+    cuda::rmsnorm(final_norm, stream_);
     mark("final_norm");
     dump("final_norm", -1, a.final_h, R, c.d_model, true);
     // logits = h · Wunembᵀ (untied, no bias)                             [R, vocab] f32
+    // (a rank of a parallel layout: its vocabulary rows only, [R, dims_.vocab])
     blas_->linear({.y = a.logits, .x = a.final_h, .w = weights_.unembedding.get(), .n_tokens = R,
-                   .n_out = c.vocab_size, .n_in = c.d_model, .y_f32 = true},
+                   .n_out = dims_.vocab, .n_in = c.d_model, .y_f32 = true},
                   stream_);
     mark("unembedding");
-    dump("logits", -1, a.logits, R, c.vocab_size, false);
+    dump("logits", -1, a.logits, R, dims_.vocab, false);
 }
 
 void CudaRunner::dump(std::string_view name, int layer, const void* device, int rows, int width, bool is_bf16) const {
@@ -523,7 +685,8 @@ void CudaRunner::dump(std::string_view name, int layer, const void* device, int 
     }
     if (name == "q") {  // the fused qkv row: report q, k and v separately, as the CPU reference does
         const Config& c = config_;
-        const int widths[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+        (void)c;
+        const int widths[3] = {dims_.q_dim, dims_.kv_dim, dims_.kv_dim};
         const char* names[3] = {"q", "k", "v"};
         int col = 0;
         for (int part = 0; part < 3; ++part) {
@@ -539,6 +702,10 @@ void CudaRunner::dump(std::string_view name, int layer, const void* device, int 
 }
 
 void CudaRunner::logits_to_host(std::vector<float>& out) {
+    if (sharded()) {
+        gather_logits(out);
+        return;
+    }
     out.resize(size_t(n_logit_rows_) * config_.vocab_size);
     if (out.empty()) return;
     CUDA_CHECK(cudaMemcpyAsync(out.data(), act_->logits, out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -546,6 +713,10 @@ void CudaRunner::logits_to_host(std::vector<float>& out) {
 }
 
 void CudaRunner::greedy(std::vector<int32_t>& out) {
+    if (sharded()) {
+        distributed_greedy(out);
+        return;
+    }
     out.resize(n_logit_rows_);
     if (out.empty()) return;
     cuda::argmax({.out = act_->greedy, .logits = act_->logits, .n_rows = n_logit_rows_, .n_cols = config_.vocab_size,
@@ -574,7 +745,89 @@ void CudaRunner::sample(std::span<const SamplingParams> params, std::span<const 
     }
     // Penalties, temperature, truncation or log-probabilities: the GPU sampler (kernels/cuda/sampling.h),
     // same tokens as the CPU sampler; only the chosen tokens and log-probabilities are copied back.
-    act_->sampler.sample(act_->logits, config_.vocab_size, 0, params, state, out, stream_);
+    if (!sharded()) {
+        act_->sampler.sample(act_->logits, config_.vocab_size, 0, params, state, out, stream_);
+        return;
+    }
+    // A split vocabulary: the group's logits are gathered and its first rank runs the one sampler on
+    // whole rows (their semantics and the seeded draw need them); its results are the runner's.
+    std::vector<float> full;
+    gather_logits(full);
+    if (options_.shard->host_vocab->rank() != 0 || full.empty()) return;
+    if (full_logits_.size() < full.size()) full_logits_.resize(full.size());
+    CUDA_CHECK(cudaMemcpyAsync(full_logits_.get(), full.data(), full.size() * sizeof(float), cudaMemcpyHostToDevice,
+                               stream_));
+    act_->sampler.sample(full_logits_.get(), config_.vocab_size, 0, params, state, out, stream_);
+}
+
+// The group's logits, every vocabulary row: each rank's [R, V_r] block, rank after rank (the vocabulary
+// split of model_shard), interleaved back into rows of V on the host.
+void CudaRunner::gather_logits(std::vector<float>& out) {
+    const int V = config_.vocab_size, n = n_logit_rows_;
+    comm::Communicator& vc = *options_.shard->host_vocab;
+    std::vector<float> mine(size_t(n) * dims_.vocab);
+    if (!mine.empty()) {
+        CUDA_CHECK(cudaMemcpyAsync(mine.data(), act_->logits, mine.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                                   stream_));
+        stream_.sync();
+    }
+    const int ranks = vc.size();
+    std::vector<size_t> counts(static_cast<size_t>(ranks));
+    std::vector<ShardRange> ranges(static_cast<size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) {
+        ranges[size_t(r)] = split_range(V, ranks, r);
+        counts[size_t(r)] = size_t(n) * size_t(ranges[size_t(r)].count);
+    }
+    OSPREY_CHECK(ranges[size_t(vc.rank())].count == dims_.vocab && counts[size_t(vc.rank())] == mine.size(),
+                 "cuda shard: vocabulary shard does not match the vocab group's split");
+    std::vector<float> blocks(size_t(n) * V);  // [ranks][n, V_r]
+    vc.all_gather_v<float>(mine, blocks, counts);
+    out.resize(size_t(n) * V);
+    size_t offset = 0;
+    for (int r = 0; r < ranks; ++r) {
+        const ShardRange v = ranges[size_t(r)];
+        for (int row = 0; row < n; ++row)
+            std::copy_n(blocks.begin() + ptrdiff_t(offset + size_t(row) * v.count), v.count,
+                        out.begin() + ptrdiff_t(size_t(row) * V + v.first));
+        offset += counts[size_t(r)];
+    }
+}
+
+// Greedy over a split vocabulary: each rank's argmax and its logit (on the GPU), exchanged on the
+// host, 8 bytes per row and rank; the best wins, the lowest id on ties (shards are in vocabulary
+// order), as the whole-row argmax.
+void CudaRunner::distributed_greedy(std::vector<int32_t>& out) {
+    const int n = n_logit_rows_;
+    out.resize(size_t(n));
+    if (n == 0) return;
+    struct Best {
+        float value;    // -inf for a shard of only NaN
+        int32_t token;  // global id, or -1
+    };
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    std::vector<float> vals(static_cast<size_t>(n));
+    cuda::argmax({.out = act_->greedy, .logits = act_->logits, .n_rows = n, .n_cols = dims_.vocab,
+                  .scratch_val = act_->argmax_val, .scratch_idx = act_->argmax_idx, .out_val = act_->greedy_val},
+                 stream_);
+    CUDA_CHECK(cudaMemcpyAsync(ids.data(), act_->greedy, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaMemcpyAsync(vals.data(), act_->greedy_val, vals.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                               stream_));
+    stream_.sync();
+    const int first = options_.shard->piece.vocab.first;
+    std::vector<Best> mine(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) mine[size_t(r)] = {vals[size_t(r)], ids[size_t(r)] < 0 ? -1 : first + ids[size_t(r)]};
+    comm::Communicator& vc = *options_.shard->host_vocab;
+    std::vector<Best> all(size_t(n) * vc.size());  // [ranks][n]
+    vc.all_gather<Best>(mine, all);
+    for (int row = 0; row < n; ++row) {
+        Best g{-INFINITY, -1};
+        for (int r = 0; r < vc.size(); ++r) {
+            const Best& b = all[size_t(r) * n + row];
+            if (b.token >= 0 && (g.token < 0 || b.value > g.value)) g = b;
+        }
+        OSPREY_CHECK(g.token >= 0, "greedy: logit row ", row, " holds only NaN (the forward produced no finite logit)");
+        out[size_t(row)] = g.token;
+    }
 }
 
 }  // namespace osprey::model

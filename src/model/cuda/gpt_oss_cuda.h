@@ -14,16 +14,19 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/kv_store.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/runtime.h"
 #include "model/cuda/device_weights.h"
+#include "model/parallel_layout.h"
 #include "model/rope.h"
 #include "model/runner.h"
 #include "model/weights.h"
@@ -37,6 +40,27 @@ struct CudaRunnerOptions {
     size_t kv_reserve_bytes = size_t(1) << 30;  // device memory kept free besides weights + workspace
     bool progress = true;       // progress bar while loading weights
     bool graphs = true;         // replay decode-only steps from CUDA graphs (one per batch size)
+
+    // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
+    // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the
+    // device communicators its partial results are summed over (stream-ordered on this runner's
+    // stream). Unset: the whole model, today's single-GPU path unchanged. Every rank of a group must
+    // call forward, logits_to_host and sample together (they are collectives).
+    struct Shard {
+        ModelShard piece;
+        comm::Communicator* attn = nullptr;        // attention TP group: out-projection partial sums
+        comm::Communicator* moe = nullptr;         // every rank: the experts' partial sums
+        comm::Communicator* vocab = nullptr;       // DP group: logits split by vocabulary
+        comm::Communicator* host_vocab = nullptr;  // the same ranks, host memory: the argmax candidates
+        // Attention data parallelism: the ranks at this rank's place in every DP group (one per group,
+        // in group order), device and host. Before each MoE block the groups' tokens are gathered over
+        // it, every rank applies its experts to all of them, and each group keeps its rows; forward()
+        // may then get an empty batch (an idle group still joins the MoE's collectives).
+        comm::Communicator* dp = nullptr;
+        comm::Communicator* host_dp = nullptr;
+        int ranks_on_device = 1;                   // ranks sharing this GPU (same-device tests): its KV budget is split
+    };
+    std::optional<Shard> shard = std::nullopt;
 };
 
 // Receives every intermediate of a forward: (step name, layer or -1, [rows, width] values).
@@ -50,6 +74,7 @@ public:
     const Config& config() const override { return config_; }
     std::string name() const override;
     KvDtype kv_dtype() const override { return KvDtype::bf16; }
+    KvSpec kv_spec(int page_size) const override;  // this rank's KV heads only
     size_t kv_budget_bytes() const override;
     void allocate_kv(const KvLayout& layout) override;
     void forward(const ForwardBatch& batch) override;
@@ -90,9 +115,26 @@ private:
     void unembed(const Step& step);
     void dump(std::string_view name, int layer, const void* device, int rows, int width, bool bf16) const;
     void mark(const char* step);  // profiling: the GPU work since the previous mark belongs to `step`
+    // What this rank computes (the whole model unless sharded): widths of its heads, its experts and
+    // their columns (padded to whole 64-column tiles with zero weights), its vocabulary rows.
+    struct Dims {
+        int n_heads = 0, n_kv_heads = 0, q_dim = 0, kv_dim = 0;
+        int first_expert = 0, n_experts = 0, d_ff = 0;
+        int vocab = 0;
+        bool attn_reduce = false, moe_reduce = false;  // partial sums to all-reduce
+        bool dp = false;                               // the MoE runs on every DP group's tokens
+    };
+    static Dims make_dims(const Config& c, const CudaRunnerOptions& o);
+    bool sharded() const { return options_.shard.has_value(); }
+    void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
+    void distributed_greedy(std::vector<int32_t>& out);
+    // Attention DP: the MoE of every DP group's tokens (this group's n_local rows of a.h in, its rows
+    // of the reduced output in a.moe); an idle group runs it for every layer with n_local = 0.
+    void moe_experts_dp(int layer, int n_local);
 
     Config config_;
     CudaRunnerOptions options_;
+    Dims dims_;
     DeviceWeights weights_;
     RopeTable rope_;
     cuda::DeviceBuffer<float> rope_cos_, rope_sin_;  // [max_position, head_dim / 2]
@@ -100,6 +142,7 @@ private:
     std::unique_ptr<cuda::Blas> blas_;
     cuda::Workspace workspace_;
     std::unique_ptr<Activations> act_;
+    cuda::DeviceBuffer<float> full_logits_;  // sharded, non-greedy sampling: the group's [R, vocab] on its first rank
 
     KvLayout layout_;
     std::vector<cuda::DeviceBuffer<bf16>> k_cache_, v_cache_;  // [n_layers] (layout in attention.h)
@@ -111,6 +154,8 @@ private:
     // Decode-only steps, by (batch size, full-layer attention items, window attention items).
     std::map<std::tuple<int, int, int>, cuda::Graph> graphs_;
     int n_logit_rows_ = 0;
+    std::vector<size_t> dp_tokens_;  // attention DP: tokens of each DP group this step
+    size_t dp_first_ = 0;            // this group's first row among them
     CudaDumpFn dump_;
     bool profile_ = false;
     std::vector<std::unique_ptr<cuda::Event>> prof_events_;

@@ -22,6 +22,15 @@ struct MoeOutputs {
     const float* w = nullptr;  // [T * top_k] f32
 };
 
+// The experts a rank applies (expert parallelism, and tensor parallelism over the intermediate
+// dimension): ids [first, first + count) of the router's n_experts, each with d_ff columns (this rank's
+// share, padded with zero weights to whole tiles). The whole layer: {0, n_experts, d_ff}.
+struct MoeExperts {
+    int first = 0, count = 0, d_ff = 0;
+    static MoeExperts whole(const Config& c) { return {0, c.n_experts, c.d_ff}; }
+    bool is_whole(const Config& c) const { return first == 0 && count == c.n_experts && d_ff == c.d_ff; }
+};
+
 struct MoeStep {
     int32_t* expert_ids = nullptr;      // [T, top_k]
     float* expert_weights = nullptr;    // [T, top_k]
@@ -46,6 +55,12 @@ struct MoeStep {
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
     MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                    cudaStream_t stream) const;
+    // A rank's share, the dense sum overwritten into `moe` [T, d_model] f32 (the runner all-reduces
+    // it). Experts not whole: every token is routed over all experts, the rows routed to other ranks'
+    // experts are left out of the groups, and their expert outputs count as zero, so `moe` is this
+    // rank's partial sum. Never the decode path. Whole: run() above, then moe_combine.
+    void run(const Config& c, const MoeExperts& experts, const DeviceLayer& w, const bf16* h, const float* router,
+             float* moe, int n_tokens, cudaStream_t stream) const;
 };
 
 }  // namespace osprey::model
