@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/check.h"
 #include "core/json.h"
 #include "grammar/json_schema.h"
 #include "grammar/token_mask.h"

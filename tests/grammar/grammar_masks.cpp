@@ -6,6 +6,7 @@
 #include <iostream>
 #include <string>
 
+#include "core/check.h"
 #include "core/json.h"
 #include "grammar/json_schema.h"
 #include "grammar/parse.h"
@@ -51,7 +52,7 @@ int main(int argc, char** argv) {
             }
             grammar::TokenMasker m(trie, std::make_shared<const grammar::Grammar>(std::move(g)));
             const int32_t s = m.automaton().next(m.automaton().start(), q.at("prefix").as_string());
-            if (s == grammar::Automaton::kDead) throw Error("the prefix is not in the language");
+            if (s == grammar::Automaton::kDead) OSPREY_FAIL("the prefix is not in the language");
             const std::vector<uint32_t>& mask = m.mask(s);
             json::Value allowed = json::Array{};
             for (int i = 0; i < t.vocab_size(); ++i)
