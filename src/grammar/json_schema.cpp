@@ -69,6 +69,16 @@ private:
     }
 
     // ---- shared pieces ----
+    // Separators: "," and ":" each followed by at most one space, so both compact JSON and Python's
+    // json.dumps default (", ", ": ") are accepted while a model cannot pad without end.
+    ExprPtr comma() {
+        if (!comma_) comma_ = seq({literal(","), opt(literal(" "))});
+        return comma_;
+    }
+    ExprPtr colon() {
+        if (!colon_) colon_ = seq({literal(":"), opt(literal(" "))});
+        return colon_;
+    }
     ExprPtr string_char() {
         if (!string_char_) {
             ByteSet esc;
@@ -121,10 +131,10 @@ private:
             const int array = b_.declare("array");
             b_.define(value_rule_, alt({ref(object_rule_), ref(array), ref(string_any()), ref(number_rule()),
                                         literal("true"), literal("false"), literal("null")}));
-            ExprPtr member = seq({ref(string_any()), literal(":"), ref(value_rule_)});
+            ExprPtr member = seq({ref(string_any()), colon(), ref(value_rule_)});
             b_.define(object_rule_,
-                      seq({literal("{"), opt(seq({member, star(seq({literal(","), member}))})), literal("}")}));
-            b_.define(array, seq({literal("["), opt(seq({ref(value_rule_), star(seq({literal(","), ref(value_rule_)}))})),
+                      seq({literal("{"), opt(seq({member, star(seq({comma(), member}))})), literal("}")}));
+            b_.define(array, seq({literal("["), opt(seq({ref(value_rule_), star(seq({comma(), ref(value_rule_)}))})),
                                   literal("]")}));
         }
         return value_rule_;
@@ -278,7 +288,7 @@ private:
         ExprPtr extra;
         const json::Value* ap = s.find("additionalProperties");
         if (ap && !(ap->is_bool() && !ap->as_bool())) {
-            extra = seq({ref(string_any()), literal(":"),
+            extra = seq({ref(string_any()), colon(),
                          ap->is_bool() ? ref(value_any()) : compile(*ap, path + "/additionalProperties")});
         } else if (!ap && props.empty()) {
             return ref(object_any());
@@ -292,16 +302,15 @@ private:
                 if (!extra) {
                     out = empty();
                 } else if (first) {
-                    out = opt(seq({extra, star(seq({literal(","), extra}))}));
+                    out = opt(seq({extra, star(seq({comma(), extra}))}));
                 } else {
-                    out = star(seq({literal(","), extra}));
+                    out = star(seq({comma(), extra}));
                 }
             } else {
                 const Prop& p = props[k];
-                std::string key = first ? "" : ",";
+                std::string key;
                 json::append_quoted(key, p.name);
-                key.push_back(':');
-                ExprPtr member = seq({literal(key), p.value, tail(k + 1, false)});
+                ExprPtr member = seq({first ? empty() : comma(), literal(key), colon(), p.value, tail(k + 1, false)});
                 out = p.required ? member : alt({member, tail(k + 1, first)});
             }
             const int r = b_.add("obj", out);  // a rule per tail keeps the grammar linear in size
@@ -332,14 +341,14 @@ private:
         if (k > 0 && max_items >= 0 && max_items < k) fail("maxItems at ", path, " is smaller than prefixItems");
         std::vector<ExprPtr> parts{literal("[")};
         for (int i = 0; i < k; ++i) {
-            if (i > 0) parts.push_back(literal(","));
+            if (i > 0) parts.push_back(comma());
             parts.push_back(prefix[size_t(i)]);
         }
         if (item) {
             const int lo = std::max(0, min_items - k);
             const int hi = max_items < 0 ? -1 : max_items - k;
             const int r = b_.add("item", item);
-            ExprPtr comma_item = seq({literal(","), ref(r)});
+            ExprPtr comma_item = seq({comma(), ref(r)});
             if (k > 0) {
                 parts.push_back(repeat(comma_item, lo, hi));
             } else if (hi != 0) {
@@ -437,7 +446,7 @@ private:
     const json::Value& root_;
     GrammarBuilder b_;
     std::map<std::string, int> refs_;
-    ExprPtr string_char_;
+    ExprPtr string_char_, comma_, colon_;
     int string_rule_ = -1, integer_rule_ = -1, number_rule_ = -1, value_rule_ = -1, object_rule_ = -1;
     int depth_ = 0;
 };

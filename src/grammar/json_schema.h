@@ -1,7 +1,8 @@
 // JSON Schema -> grammar of the JSON texts that validate against it: the subset OpenAI's structured
 // outputs accept plus what vLLM's guided decoding users send (docs/structured_output.md lists it).
-// Output is compact JSON (no whitespace; "," and ":" separators; properties in schema order), which
-// also bounds what a model can emit between values. A keyword that would constrain values in a way
+// Output is JSON without free whitespace: at most one space after "," and ":" (compact JSON and
+// Python's default separators both fit), none elsewhere, properties in schema order; this bounds what
+// a model can emit between values. A keyword that would constrain values in a way
 // the grammar cannot express is refused with an error naming the keyword and where it is ("unsupported
 // JSON Schema keyword 'minimum' at #/properties/age"), never ignored.
 // Tests: tests/grammar/test_json_schema.cpp, tests/server/test_structured_output.py (jsonschema oracle).

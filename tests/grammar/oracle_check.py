@@ -2,7 +2,8 @@
 vocabulary, on many generated JSON schemas and prefixes (and some regular expressions).
 
 The reference does not share code or structure with the C++ compiler: it translates each generated
-schema into a regular expression of its compact JSON texts (objects as an alternation over the
+schema into a regular expression of its JSON texts (no whitespace but one optional space after ','
+and ':'; enum and const values compact) (objects as an alternation over the
 ordered subsets of their properties), and a token is allowed after a prefix exactly when the
 `regex` package's partial matching says prefix + token can still become a full match. Prefixes are
 cut at random points of random valid instances (checked with `jsonschema`). Tokens that end inside
@@ -37,6 +38,7 @@ def dump(v):
 
 
 def lit(v):
+    """An enum or const value: written compactly, as the constraint does."""
     return regex.escape(dump(v))
 
 
@@ -66,7 +68,7 @@ def to_regex(s):
         lo, hi = s.get("minItems", 0), s.get("maxItems")
         if hi == 0:
             return r"\[\]"
-        body = item + "(?:," + item + "){%d,%s}" % (max(lo - 1, 0), "" if hi is None else hi - 1)
+        body = item + "(?:, ?" + item + "){%d,%s}" % (max(lo - 1, 0), "" if hi is None else hi - 1)
         return r"\[" + ("(?:" + body + ")?" if lo == 0 else body) + r"\]"
     assert t == "object"
     props = list(s["properties"].items())
@@ -76,7 +78,7 @@ def to_regex(s):
         chosen = [p for i, p in enumerate(props) if m >> i & 1]
         if not req <= {k for k, _ in chosen}:
             continue
-        alts.append(",".join(lit(k) + ":" + to_regex(v) for k, v in chosen))
+        alts.append(", ?".join(lit(k) + ": ?" + to_regex(v) for k, v in chosen))
     return r"\{(?:" + "|".join(alts) + r")\}"
 
 

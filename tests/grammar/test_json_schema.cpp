@@ -34,7 +34,9 @@ TEST(json_schema, object_with_required_and_optional_properties) {
     EXPECT_FALSE(r.full(R"({"b":"x","d":1})"));  // no additional properties
     EXPECT_FALSE(r.full(R"({"a":01,"b":"x"})"));
     EXPECT_FALSE(r.prefix(R"({"c")"));           // properties in schema order: c cannot come before b
-    EXPECT_FALSE(r.prefix(R"({ )"));             // compact: no whitespace
+    EXPECT_FALSE(r.prefix(R"({ )"));             // no free whitespace
+    EXPECT_TRUE(r.full(R"({"a": 1, "b": "x"})"));  // one space after ':' and ',' (json.dumps' default)
+    EXPECT_FALSE(r.prefix(R"({"a":  )"));
 }
 
 TEST(json_schema, strings_numbers_and_escapes) {

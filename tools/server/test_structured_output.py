@@ -185,8 +185,8 @@ class TinyModel(unittest.TestCase):
 # Analysis, then a final message whose content is a compact JSON object, then <|return|>.
 FINAL_SCRIPT = ("<|channel|>analysis<|message|>Thinking.<|end|><|start|>assistant<|channel|>final<|message|>"
                 '{"ok":true}<|return|>')
-# The same model calling get_weather without tool_choice (strict arguments; the script's own
-# arguments are not compact, so the constraint takes over from the space).
+# The same model calling get_weather without tool_choice (strict arguments: the script's own
+# arguments lack the required "unit", so the constraint takes over at its closing brace).
 CALL_SCRIPT = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
                "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>")
 
@@ -260,7 +260,7 @@ class ScriptedStrictCall(ScriptedServer):
             self.assertEqual(c.message.reasoning_content, "Need the weather.")
             call = c.message.tool_calls[0].function
             self.assertEqual(call.name, "get_weather")
-            self.assertTrue(call.arguments.startswith('{"city":"'), call.arguments)
+            self.assertTrue(call.arguments.startswith('{"city": "Paris'), call.arguments)  # the script's own start
             validate(self, call.arguments, WEATHER)
 
     def test_non_strict_arguments_stay_free(self):
