@@ -30,6 +30,10 @@ struct SamplingState {
     const int32_t* output_tokens = nullptr;  // for all penalties
     int32_t n_output_tokens = 0;
     uint64_t step = 0;  // index of the token being sampled in this request's output
+    // Constrained decoding: [ceil(vocab_size / 32)] words, bit t % 32 of word t / 32 set when token t
+    // may be sampled; every other token's logit is -inf before anything else (bias, penalties,
+    // log-probabilities). Null: no constraint this step.
+    const uint32_t* allowed = nullptr;
 };
 
 struct SampleResult {

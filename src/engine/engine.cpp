@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "engine/batch_builder.h"
 #include "engine/dp_router.h"
 
@@ -163,6 +164,7 @@ void Engine::take_incoming() {
         info->max_new_tokens = r.max_new_tokens;
         info->priority = r.priority;
         info->n_prompt = int(r.prompt.size());
+        info->constraint = r.constraint;
         std::vector<SamplingParams> params(size_t(r.n), r.sampling);
         for (int i = 0; i < r.n; ++i) params[size_t(i)].seed = sample_seed(r.sampling.seed, i);
         schedulers_[size_t(route(r.prompt))]->add_request(std::move(info), r.prompt, params);
@@ -254,6 +256,52 @@ void Engine::update_stats() {
     s.n_steps = n_steps_;
 }
 
+void Engine::constrain_rows(std::span<const StepPlan> plans, std::vector<SamplingState>& states) {
+    constrained_.clear();
+    size_t row = 0;
+    for (const StepPlan& plan : plans)
+        for (const ScheduledChunk& c : plan.chunks) {
+            if (!c.want_logits) continue;
+            Sequence& seq = *c.seq;
+            if (seq.request->constraint && !seq.constraint) seq.constraint = seq.request->constraint->clone();
+            if (seq.constraint) constrained_.push_back({row, &seq});
+            ++row;
+        }
+    if (constrained_.empty()) return;
+    const size_t words = size_t(runner_.config().vocab_size + 31) / 32;
+    masks_.assign(constrained_.size() * words, 0);
+    auto fill = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+            auto [r, seq] = constrained_[size_t(i)];
+            std::span<uint32_t> mask(masks_.data() + size_t(i) * words, words);
+            if (!seq->constraint->fill_mask(mask)) continue;
+            bool any = false;
+            for (uint32_t w : mask) any = any || w != 0;
+            if (!any) {  // a dead end (should not happen): let the sample stop
+                for (int32_t t : seq->request->stop_token_ids) mask[size_t(t) / 32] |= uint32_t(1) << (t % 32);
+                any = !seq->request->stop_token_ids.empty();
+            }
+            if (any) states[r].allowed = mask.data();
+        }
+    };
+    if (constrained_.size() == 1) {
+        fill(0, 1);
+    } else {
+        ThreadPool::global().parallel_for(int64_t(constrained_.size()), fill);
+    }
+}
+
+void Engine::advance_constraints(std::span<SampleResult> results) {
+    for (auto [row, seq] : constrained_) {
+        SampleResult& r = results[row];
+        if (seq->constraint->accept(r.token)) continue;
+        // The sampler chose a token outside the mask: end the sample rather than emit it.
+        log::error("engine: request ", seq->request->stream->id(), " sampled token ", r.token,
+                   " that its constraint does not allow");
+        if (!seq->request->stop_token_ids.empty()) r.token = seq->request->stop_token_ids[0];
+    }
+}
+
 bool Engine::step_once() {
     take_incoming();
     apply_cancels();
@@ -295,10 +343,12 @@ bool Engine::step_once() {
         std::vector<SamplingParams> params;
         std::vector<SamplingState> states;
         build_sampling_rows(plans, params, states);
+        constrain_rows(plans, states);  // on the CPU while an asynchronous backend runs the forward
         std::vector<SampleResult> results(params.size());
         if (!params.empty()) runner_.sample(params, states, results);
         for (const SampleResult& r : results)
             OSPREY_CHECK(r.token >= 0 && r.token < runner_.config().vocab_size, "sampler returned token ", r.token);
+        advance_constraints(results);
         size_t row = 0;  // the groups' rows are back to back, in group order
         for (size_t g = 0; g < plans.size(); ++g) {
             const size_t n = size_t(plans[g].n_logit_rows());

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,6 +126,10 @@ private:
     void apply_cancels();
     void release_paused();
     void update_stats();
+    // Constrained decoding: clones each constrained sample's constraint on its first step, fills the
+    // masks of this step's constrained rows (states[row].allowed), and after sampling advances them.
+    void constrain_rows(std::span<const StepPlan> plans, std::vector<SamplingState>& states);
+    void advance_constraints(std::span<SampleResult> results);
     int route(const std::vector<int32_t>& prompt) const;  // the DP group for a new request
     std::vector<SeqOutput> finish_all(FinishReason reason, const std::string& error);
 
@@ -139,6 +144,8 @@ private:
     std::vector<std::unique_ptr<Scheduler>> schedulers_;
     std::mutex step_mu_;
     std::vector<std::shared_ptr<RequestStream>> active_;  // streams with unfinished samples (stepping thread)
+    std::vector<std::pair<size_t, Sequence*>> constrained_;  // this step's constrained (row, sequence)
+    std::vector<uint32_t> masks_;                            // [constrained_.size(), vocab words]
 
     // Wakes the engine thread; shared with the streams' cancel hooks so that a stream outliving
     // the engine never touches freed memory.

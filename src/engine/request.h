@@ -3,10 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/sampling.h"
+#include "engine/token_constraint.h"
 
 namespace osprey::engine {
 
@@ -18,6 +20,9 @@ struct Request {
     int max_new_tokens = 256;             // >= 1; prompt + max_new_tokens must fit max_model_len
     int priority = 0;                     // higher runs first; equal priorities run first-come-first-served
     int n = 1;                            // independent samples; they share the prompt's KV pages
+    // Structured output: the tokens each sample may generate (each sample advances a clone). Null:
+    // unconstrained, at no cost.
+    std::shared_ptr<const TokenConstraint> constraint;
 };
 
 // The seed sample `sample` of a request draws with: the request's own for sample 0, a mix of

@@ -9,6 +9,7 @@
 #include "core/sampling.h"
 #include "engine/page_allocator.h"
 #include "engine/request_stream.h"
+#include "engine/token_constraint.h"
 
 namespace osprey::engine {
 
@@ -22,6 +23,7 @@ struct RequestInfo {
     int max_new_tokens = 0;
     int priority = 0;
     int n_prompt = 0;
+    std::shared_ptr<const TokenConstraint> constraint;  // each sample clones it (Sequence::constraint)
 };
 
 struct Sequence {
@@ -56,6 +58,9 @@ struct Sequence {
 
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission
+    // This sample's copy of the request's constraint, made before its first token is sampled;
+    // advanced with every token it generates (null when unconstrained).
+    std::shared_ptr<TokenConstraint> constraint;
     int n_preemptions = 0;
 
     int n_prompt() const { return request->n_prompt; }

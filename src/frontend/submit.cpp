@@ -41,6 +41,7 @@ Submitted submit_rendered(const SubmitTarget& target, const RenderedRequest& r) 
     request.prompt = std::move(prompt);
     request.sampling = r.params.sampling;
     request.n = r.params.n;
+    request.constraint = r.constraint;
     // The assistant's turn ends at <|return|> (answer done) or <|call|> (a tool call to run); <|end|>
     // only ends one message of the turn (shared/spec/harmony.md §7).
     request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),

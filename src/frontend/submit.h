@@ -40,6 +40,7 @@ struct RenderedRequest {
     const GenerationParams& params;             // sampling, n, max_tokens
     Api api;                                    // names the max-tokens field in errors
     const char* prompt_param;                   // names the prompt in errors: "messages", "input"
+    std::shared_ptr<const engine::TokenConstraint> constraint = nullptr;  // structured output (constraint.h)
 };
 
 struct Submitted {

@@ -34,6 +34,7 @@ struct ToolDescription {
     std::string name;
     std::string description;
     std::optional<json::Value> parameters;
+    bool strict = false;  // structured outputs: the arguments must validate against `parameters`
 };
 
 // A namespace of tools as rendered under "## name". Built-in namespaces (browser, python) go in the

@@ -561,7 +561,8 @@ void CpuReference::sample(std::span<const SamplingParams> params, std::span<cons
     // Split vocabulary: greedy rows by a distributed argmax; anything else gathers the rows and runs
     // the one sampler (penalties, top-k/p, logprobs and the seeded draw need the whole row), on the
     // group's first rank (its results are the runner's).
-    if (distributed_greedy(params, out)) return;
+    const bool masked = std::any_of(state.begin(), state.end(), [](const SamplingState& s) { return s.allowed; });
+    if (!masked && distributed_greedy(params, out)) return;
     std::vector<float> full;
     gather_logits(full);
     if (vocab_comm_->rank() == 0) cpu::sample_rows(full, config_.vocab_size, params, state, out, *pool_);

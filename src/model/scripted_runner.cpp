@@ -42,6 +42,17 @@ void ScriptedRunner::sample(std::span<const SamplingParams> params, std::span<co
     for (size_t i = 0; i < out.size(); ++i) {
         const size_t step = size_t(state[i].step);
         out[i].token = script_[std::min(step, script_.size() - 1)];
+        if (const uint32_t* allowed = state[i].allowed; allowed && !((allowed[out[i].token >> 5] >> (out[i].token & 31)) & 1)) {
+            // Constrained decoding: a scripted token the mask refuses is replaced by an allowed one,
+            // drawn from (seed, step) (so tests get arbitrary yet valid constrained output).
+            std::vector<int32_t> ok;
+            for (int32_t t = 0; t < config_.vocab_size; ++t)
+                if ((allowed[t >> 5] >> (t & 31)) & 1) ok.push_back(t);
+            OSPREY_CHECK(!ok.empty(), "scripted: the constraint allows no token");
+            uint64_t x = params[i].seed ^ (uint64_t(step) * 0x9E3779B97F4A7C15ull);
+            x = (x ^ (x >> 31)) * 0xBF58476D1CE4E5B9ull;
+            out[i].token = ok[size_t((x ^ (x >> 29)) % ok.size())];
+        }
         out[i].logprob = 0.0f;
         out[i].top.clear();
         if (params[i].top_logprobs > 0) out[i].top.push_back({out[i].token, 0.0f});

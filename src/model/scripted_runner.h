@@ -1,7 +1,8 @@
 // TEST ONLY: a ModelRunner that "generates" a fixed token script whatever the prompt (token i of
 // every sample is script[i]; past the end it repeats the last token). `osprey serve` uses it only
 // when $OSPREY_TEST_SCRIPT is set, so the Python client tests can drive a real tool-call round trip
-// (a random-weight model never calls a tool by itself). The config is the tiny preset's.
+// (a random-weight model never calls a tool by itself). The config is the tiny preset's. A scripted
+// token that a constrained request's mask refuses is replaced by an allowed one drawn from the seed.
 #pragma once
 
 #include <chrono>

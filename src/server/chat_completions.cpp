@@ -232,12 +232,15 @@ private:
 http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
     ChatRequest r = parse_chat_request(body, ctx.limits);
     check_model(ctx, r.model);
+    const auto constraint = frontend::make_harmony_constraint(
+        ctx.target().tokenizer, {.final_format = r.format, .tools = r.tools, .forced = r.forced});
     frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "chat",
                                                                      .conversation = r.conversation,
                                                                      .forced = r.forced,
                                                                      .params = r.params,
                                                                      .api = Api::chat,
-                                                                     .prompt_param = "messages"});
+                                                                     .prompt_param = "messages",
+                                                                     .constraint = constraint});
     return http::Reply(std::make_unique<ChatJob>(ctx, std::move(s.stream), r, s.primed));
 }
 

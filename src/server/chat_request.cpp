@@ -4,6 +4,7 @@
 #include <map>
 
 #include "server/api_error.h"
+#include "server/format_fields.h"
 #include "server/harmony_fields.h"
 #include "server/json_fields.h"
 
@@ -87,15 +88,9 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
     if (const json::Value* choice = f.get("tool_choice"))
         r.forced = apply_tool_choice(*choice, /*nested_name=*/true, tools, r.tools_enabled);
     for (const auto& t : tools) r.tool_names.push_back(t.name);
+    r.tools = tools;
     spec.tools = std::move(tools);
-
-    if (const json::Value* format = f.object("response_format")) {
-        Fields rf(*format, "response_format");
-        auto type = rf.string("type");
-        if (!type || *type != "text")
-            bad_param("response_format.type", "only 'text' is supported (no constrained decoding)");
-        rf.finish();
-    }
+    r.format = parse_output_format(f);
 
     const json::Value* messages = f.array("messages");
     if (!messages) bad_param("messages", "required", "missing_required_parameter");

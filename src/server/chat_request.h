@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "frontend/constraint.h"
 #include "frontend/generation_params.h"
 #include "frontend/harmony_prompt.h"
 #include "harmony/message.h"
@@ -24,6 +25,8 @@ struct ChatRequest {
     std::vector<std::string> tool_names;  // function tools the output may call ("get_weather")
     bool tools_enabled = true;            // false for tool_choice "none": calls are not reported
     frontend::ForcedCall forced;          // tool_choice "required" or a named function
+    frontend::OutputFormat format;        // response_format or a vLLM guided_* extra
+    std::vector<harmony::ToolDescription> tools;  // as rendered (after tool_choice), for strict schemas
 };
 
 // Throws ApiError (400) naming the first bad field; unknown members are rejected.

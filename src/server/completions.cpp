@@ -6,6 +6,7 @@
 #include "frontend/submit.h"
 #include "server/api_error.h"
 #include "server/choices_job.h"
+#include "server/format_fields.h"
 #include "server/generation_fields.h"
 #include "server/json_fields.h"
 #include "server/routes.h"
@@ -215,9 +216,16 @@ http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
         bad_param("best_of", "only best_of == n is supported");
     if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) bad_param("suffix", "is not supported by this model");
     if (params.echo && params.sampling.logprobs) bad_param("echo", "echo with logprobs is not supported");
+    const frontend::OutputFormat format = parse_output_format(f);
     f.ignore({"user", "metadata", "service_tier"});
     f.finish();
     check_model(ctx, *model);
+    // Structured output on raw text: constrained from the first token, ended by the end tokens (the
+    // usual ones, also when ignore_eos: a finished constraint has nothing else to write).
+    const int eos = ctx.engine.runner().config().eos_token_id;
+    std::vector<int32_t> end_tokens = {200002, 200012, 199999};
+    if (eos != 200002 && eos != 200012 && eos != 199999) end_tokens.push_back(eos);
+    const auto constraint = frontend::make_raw_constraint(ctx.target().tokenizer, format, end_tokens);
 
     std::vector<std::shared_ptr<engine::RequestStream>> streams;
     try {
@@ -230,11 +238,8 @@ http::Reply handle_completions(ServerContext& ctx, const json::Value& body) {
             request.prompt = prompts[i].ids;
             request.sampling = params.sampling;
             request.n = params.n;
-            if (!ignore_eos) {
-                const int eos = ctx.engine.runner().config().eos_token_id;
-                request.stop_token_ids = {200002, 200012, 199999};
-                if (eos != 200002 && eos != 200012 && eos != 199999) request.stop_token_ids.push_back(eos);
-            }
+            if (!ignore_eos || constraint) request.stop_token_ids = end_tokens;
+            request.constraint = constraint;
             streams.push_back(frontend::submit(ctx.engine, std::move(request)));
         }
     } catch (...) {

@@ -45,7 +45,10 @@ ToolDescription parse_function(const json::Value& value, const std::string& para
         if (!p->is_object()) wrong_type(f.path("parameters"), "a JSON schema object", *p);
         t.parameters = *p;
     }
-    f.ignore({"strict"});
+    if (const json::Value* s = f.get("strict"); s && !s->is_null()) {
+        if (!s->is_bool()) wrong_type(f.path("strict"), "a boolean", *s);
+        t.strict = s->as_bool();
+    }
     f.finish();
     return t;
 }

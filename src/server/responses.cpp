@@ -14,6 +14,7 @@
 #include "frontend/submit.h"
 #include "http/sse.h"
 #include "server/api_error.h"
+#include "server/format_fields.h"
 #include "server/generation_fields.h"
 #include "server/generation_job.h"
 #include "server/harmony_fields.h"
@@ -45,6 +46,8 @@ struct ResponsesRequest {
     bool store = true;
     bool tools_enabled = true;
     ForcedCall forced;  // tool_choice "required" or a named function
+    frontend::OutputFormat format;  // text.format
+    json::Value format_echo;        // text.format as the response object shows it
     std::optional<std::string> previous_response_id;
     json::Value echo;  // request fields echoed in the response object
 };
@@ -179,10 +182,8 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
     if (const json::Value* text = f.object("text")) {
         Fields tf(*text, "text");
         if (const json::Value* format = tf.object("format")) {
-            Fields ff(*format, "text.format");
-            auto type = ff.string("type");
-            if (!type || *type != "text") bad_param("text.format.type", "only 'text' is supported (no constrained decoding)");
-            ff.finish();
+            r.format = parse_text_format(*format, "text.format");
+            r.format_echo = *format;
         }
         tf.ignore({"verbosity"});
         tf.finish();
@@ -308,7 +309,7 @@ private:
         json::Value format;
         format.set("type", "text");
         json::Value text;
-        text.set("format", format);
+        text.set("format", r_.format_echo.is_null() ? format : r_.format_echo);
         v.set("text", text);
         v.set("truncation", "disabled");
         v.set("user", json::Value());
@@ -526,12 +527,15 @@ private:
 http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
     ResponsesRequest r = parse_responses_request(ctx, body);
     const Conversation conversation = frontend::build_conversation(r.spec);
+    frontend::HarmonyConstraintSpec cs{.final_format = r.format, .tools = r.spec.tools, .forced = r.forced};
+    const auto constraint = frontend::make_harmony_constraint(ctx.target().tokenizer, cs);
     frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "response",
                                                                      .conversation = conversation,
                                                                      .forced = r.forced,
                                                                      .params = r.params,
                                                                      .api = Api::responses,
-                                                                     .prompt_param = "input"});
+                                                                     .prompt_param = "input",
+                                                                     .constraint = constraint});
     return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(s.stream), std::move(r), s.primed));
 }
 

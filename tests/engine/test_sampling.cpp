@@ -265,3 +265,34 @@ TEST(sampling, rows_in_parallel_match_rows_alone) {
         EXPECT_EQ(out[size_t(r)].token, alone.token);
     }
 }
+
+// Constrained decoding's mask (step 0): refused tokens are never chosen, whatever their logit or bias.
+TEST(sampling, allowed_mask_is_applied_first) {
+    std::vector<float> logits(100, 0.0f);
+    logits[3] = 10.0f;   // the best, but refused
+    logits[64] = 1.0f;
+    std::vector<uint32_t> mask(4, 0);
+    for (int t : {40, 64, 70}) mask[size_t(t) / 32] |= 1u << (t % 32);
+    SamplingState s;
+    s.allowed = mask.data();
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.logit_bias = {{3, 50.0f}, {41, 100.0f}};
+    SampleResult r;
+    cpu::sample_row(logits, greedy, s, r);
+    EXPECT_EQ(r.token, 64);
+    SamplingParams p;
+    p.temperature = 2.0f;
+    p.top_p = 0.9f;
+    for (uint64_t step = 0; step < 200; ++step) {
+        s.step = step;
+        p.seed = step;
+        cpu::sample_row(logits, p, s, r);
+        EXPECT_TRUE(r.token == 40 || r.token == 64 || r.token == 70) << r.token;
+    }
+    // All allowed logits at -inf: still an allowed token.
+    std::vector<float> dead(100, -INFINITY);
+    s.step = 0;
+    cpu::sample_row(dead, greedy, s, r);
+    EXPECT_EQ(r.token, 40);
+}

@@ -133,7 +133,9 @@ TEST(ChatRequest, ErrorsNameTheField) {
          "tools[0].function.name"},
         {R"({"model": "m", "tool_choice": {"type": "function", "function": {"name": "zz"}}, )" + user + "}",
          "tool_choice.function.name"},
-        {R"({"model": "m", "response_format": {"type": "json_schema"}, )" + user + "}", "response_format.type"},
+        {R"({"model": "m", "response_format": {"type": "json_schema"}, )" + user + "}", "response_format.json_schema"},
+        {R"({"model": "m", "response_format": {"type": "yaml"}, )" + user + "}", "response_format.type"},
+        {R"({"model": "m", "guided_regex": "a", "guided_choice": ["a"], )" + user + "}", "guided_choice"},
         {R"({"model": "m", "best_of": 2, )" + user + "}", "best_of"},
     };
     for (const auto& [body, param] : cases) {

@@ -81,11 +81,19 @@ void sample_row(std::span<const float> logits, const SamplingParams& p, const Sa
     std::vector<float> x(logits.begin(), logits.end());  // [vocab_size] working logits
     for (float& v : x)
         if (std::isnan(v)) v = kNegInf;
+    int32_t best = 0;
+    if (s.allowed) {  // step 0: constrained decoding's mask
+        for (int32_t t = 0; t < vocab_size; ++t)
+            if (!((s.allowed[t >> 5] >> (t & 31)) & 1)) x[size_t(t)] = kNegInf;
+        while (best + 1 < vocab_size && !((s.allowed[best >> 5] >> (best & 31)) & 1)) ++best;
+    }
     apply_bias_and_penalties(x, p, s);
+    if (s.allowed)  // a bias must not bring a refused token back
+        for (int32_t t = 0; t < vocab_size; ++t)
+            if (!((s.allowed[t >> 5] >> (t & 31)) & 1)) x[size_t(t)] = kNegInf;
 
     // Step 4: greedy or temperature.
-    int32_t best = 0;
-    for (int32_t t = 1; t < vocab_size; ++t)
+    for (int32_t t = best + 1; t < vocab_size; ++t)
         if (x[size_t(t)] > x[size_t(best)]) best = t;
     const bool greedy = p.is_greedy();
     if (!greedy && p.temperature != 1.0f) {

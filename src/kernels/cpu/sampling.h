@@ -17,6 +17,7 @@ namespace osprey::cpu {
 double sample_uniform(uint64_t seed, uint64_t step);
 
 // The order of operations, per row:
+//   0. tokens outside state.allowed (constrained decoding) get -inf (and keep it whatever the bias);
 //   1. logit bias is added;
 //   2. repetition penalty (HF style) on every token of prompt and output: positive logits are
 //      divided by it, negative ones multiplied;

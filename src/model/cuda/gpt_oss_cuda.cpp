@@ -12,6 +12,7 @@
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/rope.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/token_mask.h"
 #include "model/batch_check.h"
 #include "kernels/cuda/moe_combine.h"
 #include "model/cuda/moe_step.h"
@@ -728,11 +729,35 @@ void CudaRunner::greedy(std::vector<int32_t>& out) {
         OSPREY_CHECK(out[r] >= 0, "greedy: logit row ", r, " holds only NaN (the forward produced no finite logit)");
 }
 
+// Constrained rows: their masks (computed on the CPU during the forward) are uploaded and applied to
+// the logits on the device, so both the greedy path and the sampler see only allowed tokens.
+void CudaRunner::apply_masks(std::span<const SamplingState> state) {
+    const size_t words = size_t(config_.vocab_size + 31) / 32;
+    mask_rows_host_.clear();
+    for (size_t r = 0; r < state.size(); ++r)
+        if (state[r].allowed) mask_rows_host_.push_back(int32_t(r));
+    if (mask_rows_host_.empty()) return;
+    mask_host_.resize(mask_rows_host_.size() * words);
+    for (size_t i = 0; i < mask_rows_host_.size(); ++i)
+        std::copy_n(state[size_t(mask_rows_host_[i])].allowed, words, mask_host_.begin() + ptrdiff_t(i * words));
+    if (mask_device_.size() < mask_host_.size()) mask_device_.resize(mask_host_.size());
+    if (mask_rows_device_.size() < mask_rows_host_.size()) mask_rows_device_.resize(mask_rows_host_.size());
+    mask_device_.upload(std::span<const uint32_t>(mask_host_), stream_.get());
+    mask_rows_device_.upload(std::span<const int32_t>(mask_rows_host_), stream_.get());
+    cuda::apply_token_mask({.logits = act_->logits, .ld = config_.vocab_size, .masks = mask_device_.get(),
+                            .rows = mask_rows_device_.get(), .n_masked = int(mask_rows_host_.size()),
+                            .vocab_size = config_.vocab_size},
+                           stream_.get());
+    // No synchronisation: copies from pageable memory are staged before cudaMemcpyAsync returns, and
+    // the sampler synchronises the stream before its results are read.
+}
+
 void CudaRunner::sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                         std::span<SampleResult> out) {
     OSPREY_CHECK(int(params.size()) == n_logit_rows_ && state.size() == params.size() && out.size() == params.size(),
                  "sample: ", params.size(), " parameter sets, ", state.size(), " states and ", out.size(),
                  " results for ", n_logit_rows_, " logit rows");
+    apply_masks(state);
     if (std::all_of(params.begin(), params.end(), is_plain_greedy)) {
         // Greedy on the GPU: the logits never leave the device.
         std::vector<int32_t> ids;

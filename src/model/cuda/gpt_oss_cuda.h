@@ -113,6 +113,7 @@ private:
     void attention_block(int layer, const Step& step);
     void moe_block(int layer, const Step& step);
     void unembed(const Step& step);
+    void apply_masks(std::span<const SamplingState> state);  // constrained decoding, before sampling
     void dump(std::string_view name, int layer, const void* device, int rows, int width, bool bf16) const;
     void mark(const char* step);  // profiling: the GPU work since the previous mark belongs to `step`
     // What this rank computes (the whole model unless sharded): widths of its heads, its experts and
@@ -156,6 +157,11 @@ private:
     int n_logit_rows_ = 0;
     std::vector<size_t> dp_tokens_;  // attention DP: tokens of each DP group this step
     size_t dp_first_ = 0;            // this group's first row among them
+    // Constrained decoding's masks of the current step (apply_masks).
+    std::vector<uint32_t> mask_host_;
+    std::vector<int32_t> mask_rows_host_;
+    cuda::DeviceBuffer<uint32_t> mask_device_;
+    cuda::DeviceBuffer<int32_t> mask_rows_device_;
     CudaDumpFn dump_;
     bool profile_ = false;
     std::vector<std::unique_ptr<cuda::Event>> prof_events_;
