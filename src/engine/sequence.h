@@ -22,6 +22,8 @@ struct RequestInfo {
     int max_new_tokens = 0;
     int priority = 0;
     int n_prompt = 0;
+    int min_tokens = 0;        // stop tokens are masked before this many output tokens
+    int prompt_logprobs = -1;  // >= 0: sample 0 scores the prompt (Request::prompt_logprobs)
 };
 
 struct Sequence {
@@ -57,6 +59,13 @@ struct Sequence {
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission
     int n_preemptions = 0;
+
+    // Prompt scoring (sample 0 of a request with prompt_logprobs >= 0): the score of prompt position
+    // p + 1 given [0, p] at prompt_scores[p], filled as the prefill computes them (never from the
+    // prefix cache), sent with the sample's first event.
+    std::vector<TokenScore> prompt_scores;
+    bool scores_sent = false;
+    bool scores_prompt() const { return sample == 0 && request->prompt_logprobs >= 0 && !scores_sent; }
 
     int n_prompt() const { return request->n_prompt; }
     int n_tokens() const { return int(tokens.size()); }
