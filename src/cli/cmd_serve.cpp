@@ -97,7 +97,8 @@ constexpr const char* kHelp =
     "  --max-output-bytes B   unsent output above B bytes cancels the stream (default 16777216)\n"
     "\n"
     "Test only: $OSPREY_TEST_SCRIPT (Harmony text) makes every request generate exactly that text\n"
-    "through a scripted model backend, to test tool calls end to end.\n";
+    "through a scripted model backend, to test tool calls end to end. Several scripts separated by\n"
+    "'<<next turn>>' script an agent: a prompt holding k tool calls gets script k (the last past the end).\n";
 
 // A flag that takes a list: `--NAME A B C` (values up to the next option), `--NAME A,B`,
 // `--NAME '["A", "B"]'` (JSON, as vLLM's --allowed-origins), or the flag repeated. Removes every
@@ -298,9 +299,19 @@ int run_serve(const std::vector<std::string>& given) {
     std::unique_ptr<model::ModelRunner> runner;
     std::string loaded;
     if (scripted) {
-        const std::vector<int32_t> ids = tokenizer->encode(script, tok::Specials::allowed);
-        runner = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
-        loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", ids.size(), " tokens)");
+        // Several scripts, one per agent turn, are separated by kNextTurn (model/scripted_runner.h).
+        constexpr std::string_view kNextTurn = "<<next turn>>";
+        std::vector<std::vector<int32_t>> scripts;
+        const std::string text = script;
+        for (size_t at = 0;;) {
+            const size_t end = text.find(kNextTurn, at);
+            scripts.push_back(tokenizer->encode(text.substr(at, end - at), tok::Specials::allowed));
+            if (end == std::string::npos) break;
+            at = end + kNextTurn.size();
+        }
+        runner = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), scripts);
+        loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", scripts.size(), " script(s), ",
+                     scripts[0].size(), " tokens in the first)");
         so.model_name = "osprey-scripted";
     } else {
         model::Weights weights = model::Weights::load(dir);

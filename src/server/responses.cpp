@@ -130,8 +130,9 @@ void parse_input_item(const json::Value& value, const std::string& path, PromptS
     } else if (type == "reasoning") {
         std::string text;
         if (const json::Value* content = f.array("content")) text = content_text(*content, f.path("content"), {"reasoning_text"});
-        if (text.empty())
-            if (const json::Value* summary = f.array("summary")) text = content_text(*summary, f.path("summary"), {"summary_text"});
+        // The summary, when there is no full text (an item echoed back holds both: the text wins).
+        if (const json::Value* summary = f.array("summary"); summary && text.empty())
+            text = content_text(*summary, f.path("summary"), {"summary_text"});
         if (!text.empty()) spec.turns.push_back(Message::assistant(text, "analysis"));
         f.ignore({"id", "status", "encrypted_content"});
     } else {
