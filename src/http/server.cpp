@@ -639,6 +639,7 @@ void HttpServer::pump_job(Connection& c) {
         p.done = true;
         if (!c.job_streaming) p.response = error(500, std::string("internal error: ") + e.what());
     }
+    if (p.done && draining_) c.keep_alive = false;  // shutting down: no next request on this connection
     if (c.job_streaming) {
         if (!p.body.empty()) send(c, chunk(p.body));
         if (p.done) send(c, std::string(kLastChunk));

@@ -59,7 +59,12 @@ http::AsyncJob::Progress GenerationJob::abort(const std::string& reason) {
     const std::string message = reason + "; the request was cut off";
     if (streaming_) {
         json::Value body = error_body(message, "server_error", "", "server_shutdown");
-        if (stream_error_type_) body.set("type", stream_error_type_);  // the responses API's "error" event
+        if (stream_error_type_) {  // the responses API's "error" event: its fields at the top too
+            body.set("type", stream_error_type_);
+            body.set("code", "server_shutdown");
+            body.set("message", message);
+            body.set("param", json::Value());
+        }
         p.body = http::sse_event(body.dump(), stream_error_type_ ? stream_error_type_ : "");
         p.body += http::sse_event("[DONE]");
     } else {
