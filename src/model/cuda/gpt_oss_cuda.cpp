@@ -343,8 +343,9 @@ void CudaRunner::take_prompt_scores(std::vector<TokenScore>& out) {
 // Prompt scoring (model/prompt_scores.h), after the step's launches: the final norm and unembedding
 // of the scored rows, kScoreRows at a time, into buffers of their own (the sampled rows' final_h and
 // logits are left for sample()), then log-softmax on the host. A scored row is never a logit row
-// (scored_rows checks), so fusing the last MoE residual into x here (the norm's delta, as unembed()
-// does for the logit rows) adds it once; with dumps on, unembed() has already added it to every row.
+// (scored_rows checks), so fusing the last MoE residual into x here (the norm's per-slot MoE parts,
+// as unembed() does for the logit rows) adds it once; with dumps on, unembed() has already added it
+// to every row.
 void CudaRunner::score_prompt(const ForwardBatch& batch) {
     scores_.clear();
     const std::vector<ScoredRow> rows = scored_rows(batch, config_.vocab_size);
@@ -366,8 +367,8 @@ void CudaRunner::score_prompt(const ForwardBatch& batch) {
         score_rows_.upload(ids, stream_);
         // h = rmsnorm(x + moe) · gain on the scored rows                    [n, d_model] bf16
         cuda::rmsnorm({.y = score_h_.get(), .x = a.x, .gain = weights_.final_norm.get(),
-                       .delta = dump_ ? nullptr : a.moe, .rows = score_rows_.get(), .n_tokens = int(n),
-                       .d = c.d_model, .eps = c.norm_eps},
+                       .moe_y = dump_ ? nullptr : a.moe_out.y, .moe_w = a.moe_out.w, .rows = score_rows_.get(),
+                       .n_tokens = int(n), .d = c.d_model, .eps = c.norm_eps},
                       stream_);
         // logits = h · Wunembᵀ                                              [n, vocab] f32
         blas_->linear({.y = score_logits_.get(), .x = score_h_.get(), .w = weights_.unembedding.get(),
