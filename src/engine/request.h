@@ -52,7 +52,7 @@ struct Event {
 
     // The first event of sample 0 when Request::prompt_logprobs >= 0: one entry per prompt token from
     // the second on, in order (each given the tokens before it).
-    std::vector<TokenScore> prompt_logprobs;
+    std::vector<TokenScore> prompt_logprobs = {};
 
     // Kind::finish
     FinishReason reason = FinishReason::stop;

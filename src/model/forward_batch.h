@@ -38,7 +38,7 @@ struct SequenceSlice {
     // empty, or [n_tokens] the token that follows each position (-1: not scored). The backend then
     // computes log p(target | the tokens up to that position) and the score_top_k most likely
     // tokens for every scored position (ModelRunner::take_prompt_scores).
-    std::vector<int32_t> score_targets;
+    std::vector<int32_t> score_targets = {};  // (initialised: designated initialisers may leave it out)
     int32_t score_top_k = 0;
 };
 
