@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "harmony/special_tokens.h"
@@ -33,23 +35,31 @@ using namespace osprey;
 
 constexpr const char* kHelp =
     "usage: osprey serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY | --api-key-file FILE]\n"
-    "                    [--served-model-name NAME] [--max-model-len N] [--max-num-seqs N]\n"
+    "                    [--served-model-name NAME...] [--max-model-len N] [--max-num-seqs N]\n"
     "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
-    "                    [--tp N] [--ep N] [--dp N]\n"
+    "                    [--tp N] [--ep N] [--dp N] [--allowed-origins LIST] [--shutdown-timeout S]\n"
     "                    [--ssl-certfile FILE --ssl-keyfile FILE] [connection limits, below]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
-    "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/models, /health, /metrics,\n"
-    "and a chat page at /. Without --model, serves the built-in tiny model (random weights), written\n"
+    "(streaming over SSE or not), GET/DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items,\n"
+    "GET /v1/models, POST /tokenize and /detokenize, /health, /metrics, and a chat page at /. Without --model, serves the built-in tiny model (random weights), written\n"
     "on first use to $OSPREY_CACHE/tiny (default ~/.cache/osprey/tiny).\n"
     "\n"
     "  --host ADDR            address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)\n"
     "  --port N               TCP port (default 8000; 0 picks a free one)\n"
     "  --api-key KEY          require 'Authorization: Bearer KEY' on /v1 routes (also $OSPREY_API_KEY)\n"
     "  --api-key-file FILE    the same, the key read from FILE (first line)\n"
-    "  --served-model-name    the model id clients send (default: the model folder's name)\n"
+    "  --served-model-name NAME...  the model ids clients may send (default: the model folder's name);\n"
+    "                         several (space- or comma-separated, or the flag repeated): responses carry\n"
+    "                         the first\n"
+    "  --allowed-origins LIST CORS: origins browsers may call from: '*' (default) or a list of exact\n"
+    "                         origins ('[\"https://a.example\"]' as vLLM takes it, or comma-separated)\n"
+    "  --shutdown-timeout S   on SIGTERM/SIGINT, requests running get S more seconds (default 10); then\n"
+    "                         each stream ends with an error event and [DONE]; /health answers 503\n"
+    "                         {\"status\": \"draining\"} meanwhile and new generations get 503. A second\n"
+    "                         signal ends them at once\n"
     "  --max-model-len N      prompt + output tokens per request (default: the model's, capped by the KV cache)\n"
     "  --max-num-seqs N       sequences running at once (default 64)\n"
     "  --max-num-batched-tokens N  tokens per engine step (default 2048)\n"
@@ -87,7 +97,55 @@ constexpr const char* kHelp =
     "  --max-output-bytes B   unsent output above B bytes cancels the stream (default 16777216)\n"
     "\n"
     "Test only: $OSPREY_TEST_SCRIPT (Harmony text) makes every request generate exactly that text\n"
-    "through a scripted model backend, to test tool calls end to end.\n";
+    "through a scripted model backend, to test tool calls end to end. Several scripts separated by\n"
+    "'<<next turn>>' script an agent: a prompt holding k tool calls gets script k (the last past the end).\n";
+
+// A flag that takes a list: `--NAME A B C` (values up to the next option), `--NAME A,B`,
+// `--NAME '["A", "B"]'` (JSON, as vLLM's --allowed-origins), or the flag repeated. Removes every
+// occurrence and its values from `argv`.
+std::vector<std::string> take_list_flag(std::vector<std::string>& argv, const std::string& name) {
+    std::vector<std::string> values, rest;
+    auto add = [&](const std::string& t) {
+        if (!t.empty() && t.front() == '[') {
+            json::Value list;
+            try {
+                list = json::parse(t);
+            } catch (const Error& e) {
+                OSPREY_FAIL("--", name, ": not a JSON list: ", e.what());
+            }
+            OSPREY_CHECK(list.is_array(), "--", name, ": expected a JSON list of strings");
+            for (const auto& v : list.as_array()) {
+                OSPREY_CHECK(v.is_string() && !v.as_string().empty(), "--", name, ": expected non-empty strings");
+                values.push_back(v.as_string());
+            }
+            return;
+        }
+        size_t at = 0;
+        while (at <= t.size()) {
+            size_t end = t.find(',', at);
+            if (end == std::string::npos) end = t.size();
+            std::string v = t.substr(at, end - at);
+            while (!v.empty() && v.front() == ' ') v.erase(0, 1);
+            while (!v.empty() && v.back() == ' ') v.pop_back();
+            OSPREY_CHECK(!v.empty(), "--", name, " has an empty value");
+            values.push_back(v);
+            at = end + 1;
+        }
+    };
+    const std::string flag = "--" + name;
+    for (size_t i = 0; i < argv.size(); ++i) {
+        if (argv[i].rfind(flag + "=", 0) == 0) {
+            add(argv[i].substr(flag.size() + 1));
+        } else if (argv[i] == flag) {
+            OSPREY_CHECK(i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0, "option ", flag, " needs a value");
+            while (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) add(argv[++i]);
+        } else {
+            rest.push_back(argv[i]);
+        }
+    }
+    argv = std::move(rest);
+    return values;
+}
 
 std::string read_key_file(const std::string& path) {
     std::ifstream in(path);
@@ -105,14 +163,17 @@ int positive_flag(const cli::Args& args, const char* name, long long fallback, l
     return int(v);
 }
 
-int run_serve(const std::vector<std::string>& argv) {
+int run_serve(const std::vector<std::string>& given) {
+    std::vector<std::string> argv = given;
+    const std::vector<std::string> model_names = take_list_flag(argv, "served-model-name");
+    const std::vector<std::string> origins = take_list_flag(argv, "allowed-origins");
     const cli::Args args(argv,
                          {"model",
                           "host",
                           "port",
                           "api-key",
                           "api-key-file",
-                          "served-model-name",
+                          "shutdown-timeout",
                           "max-model-len",
                           "max-num-seqs",
                           "max-num-batched-tokens",
@@ -186,6 +247,35 @@ int run_serve(const std::vector<std::string>& argv) {
     so.default_max_tokens = positive_flag(args, "default-max-tokens", 0, 1 << 30);
     const std::string backend = cli::backend_flag(args);
     const model::ParallelLayout layout = cli::layout_flags(args);
+    const double shutdown_timeout = args.get_double("shutdown-timeout", 10.0);
+    OSPREY_CHECK(shutdown_timeout >= 0 && shutdown_timeout <= 86400, "--shutdown-timeout must be in [0, 86400] seconds");
+    if (!origins.empty()) so.allowed_origins = origins;
+
+    // The HTTP server binds now, before the model loads: a port in use is reported at once, not after
+    // minutes of loading. Connections wait in the backlog until run(); the handler is set below.
+    std::unique_ptr<server::OpenAiServer> api;
+    http::HttpServerOptions ho;
+    ho.host = args.get("host", "127.0.0.1");
+    ho.port = positive_flag(args, "port", 8000, 65535);
+    ho.limits.max_body_bytes = size_t(max_body);
+    ho.max_connections = positive_flag(args, "max-connections", ho.max_connections, 1 << 20);
+    ho.max_connections_per_ip = positive_flag(args, "max-connections-per-ip", ho.max_connections_per_ip, 1 << 20);
+    OSPREY_CHECK(ho.max_connections >= 1, "--max-connections must be >= 1");
+    ho.header_timeout_s = seconds_flag("request-header-timeout", ho.header_timeout_s);
+    ho.idle_timeout_s = seconds_flag("idle-timeout", ho.idle_timeout_s);
+    ho.write_timeout_s = seconds_flag("write-timeout", ho.write_timeout_s);
+    ho.min_body_rate = args.get_double("min-body-rate", ho.min_body_rate);
+    OSPREY_CHECK(ho.min_body_rate >= 1, "--min-body-rate must be >= 1 byte/s");
+    const long long pause_bytes = args.get_int("stream-pause-bytes", (long long)ho.stream_pause_bytes);
+    const long long max_output = args.get_int("max-output-bytes", (long long)ho.max_output_bytes);
+    OSPREY_CHECK(pause_bytes >= 1024 && max_output >= pause_bytes && max_output <= (1ll << 34),
+                 "need 1024 <= --stream-pause-bytes <= --max-output-bytes <= 2^34");
+    ho.stream_pause_bytes = size_t(pause_bytes);
+    ho.max_output_bytes = size_t(max_output);
+    ho.tls_cert_file = args.get("ssl-certfile");
+    ho.tls_key_file = args.get("ssl-keyfile");
+    ho.error_response = server::OpenAiServer::transport_error;
+    http::HttpServer http(ho, [&api](const http::HttpRequest& r) { return api->handle(r); });
 
     // The model and its tokenizer.
     const char* script = std::getenv("OSPREY_TEST_SCRIPT");
@@ -209,9 +299,19 @@ int run_serve(const std::vector<std::string>& argv) {
     std::unique_ptr<model::ModelRunner> runner;
     std::string loaded;
     if (scripted) {
-        const std::vector<int32_t> ids = tokenizer->encode(script, tok::Specials::allowed);
-        runner = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
-        loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", ids.size(), " tokens)");
+        // Several scripts, one per agent turn, are separated by kNextTurn (model/scripted_runner.h).
+        constexpr std::string_view kNextTurn = "<<next turn>>";
+        std::vector<std::vector<int32_t>> scripts;
+        const std::string text = script;
+        for (size_t at = 0;;) {
+            const size_t end = text.find(kNextTurn, at);
+            scripts.push_back(tokenizer->encode(text.substr(at, end - at), tok::Specials::allowed));
+            if (end == std::string::npos) break;
+            at = end + kNextTurn.size();
+        }
+        runner = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), scripts);
+        loaded = str("a SCRIPTED test backend ($OSPREY_TEST_SCRIPT, ", scripts.size(), " script(s), ",
+                     scripts[0].size(), " tokens in the first)");
         so.model_name = "osprey-scripted";
     } else {
         model::Weights weights = model::Weights::load(dir);
@@ -227,34 +327,14 @@ int run_serve(const std::vector<std::string>& argv) {
         so.model_name = name.empty() ? "osprey" : name;
         so.model_path = fs::absolute(dir).lexically_normal().string();
     }
-    if (args.has("served-model-name")) so.model_name = args.get("served-model-name");
-    OSPREY_CHECK(!so.model_name.empty(), "--served-model-name is empty");
+    if (!model_names.empty()) {
+        so.model_name = model_names[0];
+        so.extra_model_names.assign(model_names.begin() + 1, model_names.end());
+    }
 
     engine::Engine engine(*runner, eo);
     engine.start();
-    server::OpenAiServer api(engine, *tokenizer, so);
-    http::HttpServerOptions ho;
-    ho.host = args.get("host", "127.0.0.1");
-    ho.port = positive_flag(args, "port", 8000, 65535);
-    ho.limits.max_body_bytes = size_t(max_body);
-    ho.max_connections = positive_flag(args, "max-connections", ho.max_connections, 1 << 20);
-    ho.max_connections_per_ip = positive_flag(args, "max-connections-per-ip", ho.max_connections_per_ip, 1 << 20);
-    OSPREY_CHECK(ho.max_connections >= 1, "--max-connections must be >= 1");
-    ho.header_timeout_s = seconds_flag("request-header-timeout", ho.header_timeout_s);
-    ho.idle_timeout_s = seconds_flag("idle-timeout", ho.idle_timeout_s);
-    ho.write_timeout_s = seconds_flag("write-timeout", ho.write_timeout_s);
-    ho.min_body_rate = args.get_double("min-body-rate", ho.min_body_rate);
-    OSPREY_CHECK(ho.min_body_rate >= 1, "--min-body-rate must be >= 1 byte/s");
-    const long long pause_bytes = args.get_int("stream-pause-bytes", (long long)ho.stream_pause_bytes);
-    const long long max_output = args.get_int("max-output-bytes", (long long)ho.max_output_bytes);
-    OSPREY_CHECK(pause_bytes >= 1024 && max_output >= pause_bytes && max_output <= (1ll << 34),
-                 "need 1024 <= --stream-pause-bytes <= --max-output-bytes <= 2^34");
-    ho.stream_pause_bytes = size_t(pause_bytes);
-    ho.max_output_bytes = size_t(max_output);
-    ho.tls_cert_file = args.get("ssl-certfile");
-    ho.tls_key_file = args.get("ssl-keyfile");
-    ho.error_response = server::OpenAiServer::transport_error;
-    http::HttpServer http(ho, [&api](const http::HttpRequest& r) { return api.handle(r); });
+    api = std::make_unique<server::OpenAiServer>(engine, *tokenizer, so);
 
     // Many concurrent clients need many descriptors: raise the soft limit to the hard one.
     rlimit files{};
@@ -263,11 +343,19 @@ int run_serve(const std::vector<std::string>& argv) {
         ::setrlimit(RLIMIT_NOFILE, &files);
     }
 
-    // SIGINT / SIGTERM stop the loop: one thread waits for them (blocked everywhere else, see above).
-    std::thread waiter([&http, signals] {
-        int sig = 0;
-        sigwait(&signals, &sig);
-        http.stop();
+    // SIGINT / SIGTERM drain the server: one thread waits for them (blocked everywhere else, see
+    // above). The first lets running requests finish within --shutdown-timeout, a second ends them now.
+    std::atomic<bool> exiting{false};
+    std::thread waiter([&http, &api, &exiting, signals, shutdown_timeout] {
+        for (int n = 0;; ++n) {
+            int sig = 0;
+            sigwait(&signals, &sig);
+            if (exiting) return;
+            api->context().draining = true;
+            if (n == 0) std::printf("osprey serve: draining (up to %.0f s for running requests)\n", shutdown_timeout);
+            std::fflush(stdout);
+            http.drain(n == 0 ? shutdown_timeout : 0.0);
+        }
     });
 
     const engine::EngineStats stats = engine.stats();
@@ -286,6 +374,7 @@ int run_serve(const std::vector<std::string>& argv) {
     http.run();
     std::printf("osprey serve: shutting down\n");
     std::fflush(stdout);
+    exiting = true;
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
     engine.stop();

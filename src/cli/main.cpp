@@ -114,18 +114,19 @@ double Args::get_double(std::string_view flag, double fallback) const {
 }  // namespace osprey::cli
 
 namespace {
-void usage() {
-    std::fprintf(stderr, "usage: osprey <command> [options]\n\ncommands:\n");
+// To stdout when asked for (--help, as every subcommand's --help), to stderr after a mistake.
+void usage(std::FILE* out) {
+    std::fprintf(out, "usage: osprey <command> [options]\n\ncommands:\n");
     auto commands = osprey::cli::registry();
     std::sort(commands.begin(), commands.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-    for (const auto& c : commands) std::fprintf(stderr, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
-    std::fprintf(stderr, "\n`osprey <command> --help` describes a command's options; `osprey --version` the build.\n");
+    for (const auto& c : commands) std::fprintf(out, "  %-12s %s\n", c.name.c_str(), c.summary.c_str());
+    std::fprintf(out, "\n`osprey <command> --help` describes a command's options; `osprey --version` the build.\n");
 }
 }  // namespace
 
 int main(int argc, char** argv) {
     if (argc < 2 || std::string_view(argv[1]) == "--help" || std::string_view(argv[1]) == "-h") {
-        usage();
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     const std::string name = argv[1];
@@ -146,6 +147,6 @@ int main(int argc, char** argv) {
         }
     }
     std::fprintf(stderr, "osprey: unknown command '%s'\n\n", name.c_str());
-    usage();
+    usage(stderr);
     return 2;
 }

@@ -42,4 +42,12 @@ struct SampleResult {
     std::vector<std::pair<int32_t, float>> top;  // top_logprobs alternatives, most likely first
 };
 
+// A scored position (prompt scoring): the log-probability of the token that actually follows, its
+// rank among all tokens (1: the most likely), and the top alternatives, most likely first.
+struct TokenScore {
+    float logprob = 0.0f;
+    int rank = 0;
+    std::vector<std::pair<int32_t, float>> top;
+};
+
 }  // namespace osprey

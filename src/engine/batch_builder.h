@@ -21,4 +21,10 @@ void build_sampling_rows(std::span<const StepPlan> plans, std::vector<SamplingPa
                          std::vector<SamplingState>& states);
 void build_sampling_rows(const StepPlan& plan, std::vector<SamplingParams>& params, std::vector<SamplingState>& states);
 
+// Prompt scoring: whether some slice of `batch` asks for scores, and the backend's scores
+// (ModelRunner::take_prompt_scores, in slice order) stored into the sequences of the plans that
+// built it (Sequence::prompt_scores). Throws when the counts do not match.
+bool batch_scores_prompt(const model::ForwardBatch& batch);
+void store_prompt_scores(std::span<const StepPlan> plans, std::vector<TokenScore>& scores);
+
 }  // namespace osprey::engine

@@ -123,6 +123,8 @@ void Engine::Wakeup::notify() {
 
 std::shared_ptr<RequestStream> Engine::submit(Request request) {
     validate_request(request, limits_);
+    OSPREY_CHECK(request.prompt_logprobs < 0 || runner_.supports_prompt_scoring(),
+                 "prompt scoring is not available on this backend (", runner_.name(), ")");
     std::lock_guard lock(mu_);
     OSPREY_CHECK(options_.max_queued_requests <= 0 || n_live_ < options_.max_queued_requests,
                  "the engine is at capacity (", n_live_, " requests queued or running); retry later");
@@ -163,6 +165,8 @@ void Engine::take_incoming() {
         info->stop_token_ids = r.stop_token_ids;
         info->max_new_tokens = r.max_new_tokens;
         info->priority = r.priority;
+        info->min_tokens = r.min_tokens;
+        info->prompt_logprobs = r.prompt_logprobs;
         info->n_prompt = int(r.prompt.size());
         info->constraint = r.constraint;
         std::vector<SamplingParams> params(size_t(r.n), r.sampling);
@@ -340,6 +344,11 @@ bool Engine::step_once() {
             }
         const model::ForwardBatch batch = build_forward_batch(plans);
         runner_.forward(batch);
+        if (batch_scores_prompt(batch)) {
+            std::vector<TokenScore> scores;
+            runner_.take_prompt_scores(scores);
+            store_prompt_scores(plans, scores);
+        }
         std::vector<SamplingParams> params;
         std::vector<SamplingState> states;
         build_sampling_rows(plans, params, states);

@@ -43,6 +43,10 @@ void validate_request(const Request& r, const RequestLimits& limits) {
     OSPREY_CHECK(r.n >= 1 && r.n <= limits.max_n, who, ": n must be in [1, ", limits.max_n, "], got ", r.n);
     for (int32_t t : r.stop_token_ids)
         OSPREY_CHECK(t >= 0 && t < limits.vocab_size, who, ": stop token ", t, " is outside the vocabulary");
+    OSPREY_CHECK(r.min_tokens >= 0 && r.min_tokens <= r.max_new_tokens, who, ": min_tokens must be in [0, max_new_tokens = ",
+                 r.max_new_tokens, "], got ", r.min_tokens);
+    OSPREY_CHECK(r.prompt_logprobs >= -1 && r.prompt_logprobs <= 20, who, ": prompt_logprobs must be in [-1, 20], got ",
+                 r.prompt_logprobs);
 
     const SamplingParams& p = r.sampling;
     OSPREY_CHECK(std::isfinite(p.temperature) && p.temperature >= 0.0f, who,

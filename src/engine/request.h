@@ -23,6 +23,11 @@ struct Request {
     // Structured output: the tokens each sample may generate (each sample advances a clone). Null:
     // unconstrained, at no cost.
     std::shared_ptr<const TokenConstraint> constraint;
+    int min_tokens = 0;                   // stop_token_ids cannot be sampled before this many output tokens
+    // Prompt scoring: >= 0 asks for the log-probability of every prompt token after the first given
+    // the tokens before it, with this many most likely alternatives (Event::prompt_logprobs, sent
+    // before the first token). Needs ModelRunner::supports_prompt_scoring(). -1: off.
+    int prompt_logprobs = -1;
 };
 
 // The seed sample `sample` of a request draws with: the request's own for sample 0, a mix of
@@ -49,6 +54,10 @@ struct Event {
     int32_t token = -1;
     float logprob = 0.0f;                        // when SamplingParams::logprobs
     std::vector<std::pair<int32_t, float>> top;  // SamplingParams::top_logprobs alternatives
+
+    // The first event of sample 0 when Request::prompt_logprobs >= 0: one entry per prompt token from
+    // the second on, in order (each given the tokens before it).
+    std::vector<TokenScore> prompt_logprobs = {};
 
     // Kind::finish
     FinishReason reason = FinishReason::stop;

@@ -260,7 +260,8 @@ StepPlan Scheduler::schedule() {
         // A prefix hit covers whole pages and leaves at least the last token to compute (its
         // logits are needed). The window layers replay up to window_replay cached tokens.
         std::vector<uint64_t> keys;
-        const int max_hit_pages = (seq->n_tokens() - 1) / kv_.page_size();
+        // A sequence scoring its prompt computes every position (the cache holds K/V, not scores).
+        const int max_hit_pages = seq->scores_prompt() ? 0 : (seq->n_tokens() - 1) / kv_.page_size();
         std::vector<PageId> hit = kv_.match_prefix(seq->tokens, max_hit_pages, keys);
         const int n_hit = int(hit.size()) * kv_.page_size();
         // A saved ring for this prefix replaces the replay; without one, the replay's result is saved.
@@ -384,9 +385,17 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
         const SampleResult& r = samples[row++];
         seq->tokens.push_back(r.token);
         ++counters_.n_generated_tokens;
+        // Prompt scores go out with the sample's first event.
+        std::vector<TokenScore> scores;
+        if (seq->scores_prompt()) {
+            scores = std::move(seq->prompt_scores);
+            seq->prompt_scores.clear();
+            seq->scores_sent = true;
+        }
         const auto& stops = seq->request->stop_token_ids;
         if (std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
             out.push_back(finish(seq, FinishReason::stop, r.token, ""));
+            out.back().event.prompt_logprobs = std::move(scores);
             continue;
         }
         SeqOutput tok;
@@ -396,6 +405,7 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
         tok.event.token = r.token;
         if (seq->params.logprobs) tok.event.logprob = r.logprob;
         if (seq->params.top_logprobs > 0) tok.event.top = r.top;
+        tok.event.prompt_logprobs = std::move(scores);
         out.push_back(std::move(tok));
         if (seq->n_output() >= seq->request->max_new_tokens) out.push_back(finish(seq, FinishReason::length, -1, ""));
     }

@@ -24,6 +24,8 @@ struct RequestInfo {
     int priority = 0;
     int n_prompt = 0;
     std::shared_ptr<const TokenConstraint> constraint;  // each sample clones it (Sequence::constraint)
+    int min_tokens = 0;        // stop tokens are masked before this many output tokens
+    int prompt_logprobs = -1;  // >= 0: sample 0 scores the prompt (Request::prompt_logprobs)
 };
 
 struct Sequence {
@@ -62,6 +64,13 @@ struct Sequence {
     // advanced with every token it generates (null when unconstrained).
     std::shared_ptr<TokenConstraint> constraint;
     int n_preemptions = 0;
+
+    // Prompt scoring (sample 0 of a request with prompt_logprobs >= 0): the score of prompt position
+    // p + 1 given [0, p] at prompt_scores[p], filled as the prefill computes them (never from the
+    // prefix cache), sent with the sample's first event.
+    std::vector<TokenScore> prompt_scores;
+    bool scores_sent = false;
+    bool scores_prompt() const { return sample == 0 && request->prompt_logprobs >= 0 && !scores_sent; }
 
     int n_prompt() const { return request->n_prompt; }
     int n_tokens() const { return int(tokens.size()); }

@@ -1,6 +1,7 @@
 // Generated Harmony tokens -> chat deltas (see chat_output.h).
 #include "frontend/chat_output.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -39,13 +40,19 @@ bool is_json(const std::string& text) {
 }  // namespace
 
 ChatOutput::ChatOutput(const tok::Tokenizer& tokenizer, ChatOutputOptions options)
-    : options_(std::move(options)), parser_(tokenizer, parser_options(options_)), stops_(options_.stop) {}
+    : options_(std::move(options)), parser_(tokenizer, parser_options(options_)), stops_(options_.stop, options_.include_stop) {}
 
 ChatOutput::Kind ChatOutput::classify(const harmony::Message& m) const {
     const std::string recipient = m.recipient.value_or("");
     if (!recipient.empty() && recipient != "all" && recipient != "user") {
-        if (recipient.rfind("functions.", 0) == 0 && recipient.size() > 10)
-            return options_.tools_enabled ? Kind::tool_call : Kind::content;
+        if (recipient.rfind("functions.", 0) == 0 && recipient.size() > 10) {
+            // Only a declared function is a tool call: a call to anything else (or with no tools)
+            // is reported as content (its arguments text), since no client could run it.
+            const std::string name = recipient.substr(10);
+            const bool declared = std::find(options_.tool_names.begin(), options_.tool_names.end(), name) !=
+                                  options_.tool_names.end();
+            return options_.tools_enabled && declared ? Kind::tool_call : Kind::content;
+        }
         return Kind::reasoning;  // built-in tools (browser, python): internal to the model
     }
     if (m.channel && *m.channel == "analysis") return Kind::reasoning;
@@ -171,7 +178,11 @@ ChatDelta ChatOutput::finish(int32_t stop_token) {
     if (finished_) return d;
     finished_ = true;
     if (!stopped()) {
-        if (stop_token >= 0)
+        // Harmony's own stop tokens end the message; a client's stop_token_ids are not Harmony.
+        const bool harmony_stop = std::find(std::begin(harmony::kAssistantActionStopTokens),
+                                            std::end(harmony::kAssistantActionStopTokens),
+                                            stop_token) != std::end(harmony::kAssistantActionStopTokens);
+        if (stop_token >= 0 && harmony_stop)
             for (const harmony::Event& e : parser_.push(stop_token)) handle(e, d);
         for (const harmony::Event& e : parser_.finish()) handle(e, d);
         const std::string tail = stops_.flush();

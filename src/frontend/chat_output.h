@@ -55,6 +55,7 @@ struct ChatOutputOptions {
     std::vector<std::string> tool_names;  // the request's function tools (help the parser split "json")
     bool tools_enabled = true;            // false: calls are reported as content
     std::vector<std::string> stop;        // stop strings
+    bool include_stop = false;            // a matched stop string stays in the content
 };
 
 class ChatOutput {

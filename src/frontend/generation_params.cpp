@@ -20,6 +20,17 @@ const char* max_tokens_field(Api api) {
 
 }  // namespace
 
+void apply_to_request(const GenerationParams& p, engine::Request& request) {
+    request.sampling = p.sampling;
+    request.n = p.n;
+    request.min_tokens = std::min(p.min_tokens, request.max_new_tokens);
+    request.priority = -p.priority;
+    request.prompt_logprobs = p.prompt_logprobs;
+    for (int32_t t : p.stop_token_ids)
+        if (std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), t) == request.stop_token_ids.end())
+            request.stop_token_ids.push_back(t);
+}
+
 int resolve_max_tokens(const GenerationParams& p, Api api, int n_prompt, int max_model_len,
                        const std::string& prompt_param, int default_max) {
     if (n_prompt >= max_model_len)

@@ -15,11 +15,14 @@ std::string StopStrings::push(std::string_view text) {
         out.swap(held_);
         return out;
     }
-    size_t first = std::string::npos;
-    for (const auto& s : stops_) first = std::min(first, held_.find(s));
+    size_t first = std::string::npos, length = 0;
+    for (const auto& s : stops_) {
+        const size_t at = held_.find(s);
+        if (at < first || (at == first && at != std::string::npos && s.size() > length)) first = at, length = s.size();
+    }
     if (first != std::string::npos) {
         matched_ = true;
-        std::string out = held_.substr(0, first);
+        std::string out = held_.substr(0, first + (include_stop_ ? length : 0));
         held_.clear();
         return out;
     }

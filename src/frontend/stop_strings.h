@@ -10,9 +10,12 @@ namespace osprey::frontend {
 
 class StopStrings {
 public:
-    explicit StopStrings(std::vector<std::string> stops = {}) : stops_(std::move(stops)) {}
+    // include_stop: the matched stop string stays in the output (vLLM's include_stop_str_in_output).
+    explicit StopStrings(std::vector<std::string> stops = {}, bool include_stop = false)
+        : stops_(std::move(stops)), include_stop_(include_stop) {}
 
-    // Adds text; returns what can be shown now. After a match, returns only the text before it and
+    // Adds text; returns what can be shown now. After a match, returns only the text before it (and the
+    // stop string itself when include_stop) and
     // matched() turns true (later calls return nothing).
     std::string push(std::string_view text);
     // End of output: the held-back tail (nothing after a match).
@@ -21,6 +24,7 @@ public:
 
 private:
     std::vector<std::string> stops_;
+    bool include_stop_ = false;
     std::string held_;
     bool matched_ = false;
 };

@@ -39,13 +39,12 @@ Submitted submit_rendered(const SubmitTarget& target, const RenderedRequest& r) 
     request.max_new_tokens = resolve_max_tokens(r.params, r.api, int(prompt.size()), target.max_model_len,
                                                 r.prompt_param, target.default_max_tokens);
     request.prompt = std::move(prompt);
-    request.sampling = r.params.sampling;
-    request.n = r.params.n;
     request.constraint = r.constraint;
     // The assistant's turn ends at <|return|> (answer done) or <|call|> (a tool call to run); <|end|>
     // only ends one message of the turn (shared/spec/harmony.md §7).
     request.stop_token_ids.assign(std::begin(harmony::kAssistantActionStopTokens),
                                   std::end(harmony::kAssistantActionStopTokens));
+    apply_to_request(r.params, request);
     s.stream = submit(target.engine, std::move(request));
     return s;
 }

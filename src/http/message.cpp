@@ -223,7 +223,7 @@ void append_common_headers(std::string& out, int status, bool keep_alive) {
     out += std::to_string(status);
     out += ' ';
     out += status_reason(status);
-    out += "\r\nServer: osprey\r\nAccess-Control-Allow-Origin: *\r\nConnection: ";
+    out += "\r\nServer: osprey\r\nConnection: ";
     out += keep_alive ? "keep-alive" : "close";
     out += "\r\n";
 }
@@ -241,12 +241,15 @@ std::string serialize(const HttpResponse& response, bool keep_alive) {
     return out;
 }
 
-std::string serialize_chunked_head(int status, std::string_view content_type, bool keep_alive) {
+std::string serialize_chunked_head(int status, std::string_view content_type, bool keep_alive,
+                                   const std::vector<std::pair<std::string, std::string>>& headers) {
     std::string out;
     append_common_headers(out, status, keep_alive);
     out += "Content-Type: ";
     out += content_type;
-    out += "\r\nCache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n\r\n";
+    out += "\r\n";
+    for (const auto& [k, v] : headers) out += k + ": " + v + "\r\n";
+    out += "Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\nTransfer-Encoding: chunked\r\n\r\n";
     return out;
 }
 

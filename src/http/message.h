@@ -57,7 +57,7 @@ struct HttpResponse {
     int status = 200;
     std::string content_type = "application/json";
     std::string body;
-    std::vector<std::pair<std::string, std::string>> headers;  // extra headers
+    std::vector<std::pair<std::string, std::string>> headers;  // extra headers (CORS is the handler's: none here)
 
     static HttpResponse json(int status, std::string body);
     static HttpResponse text(int status, std::string body, std::string content_type = "text/plain; charset=utf-8");
@@ -68,7 +68,8 @@ const char* status_reason(int status);  // "OK", "Bad Request", ...
 // The full response bytes (status line, headers with Content-Length, body).
 std::string serialize(const HttpResponse& response, bool keep_alive);
 // The head of a streamed (chunked) response, e.g. for server-sent events.
-std::string serialize_chunked_head(int status, std::string_view content_type, bool keep_alive);
+std::string serialize_chunked_head(int status, std::string_view content_type, bool keep_alive,
+                                   const std::vector<std::pair<std::string, std::string>>& headers = {});
 // One chunk of a chunked body (empty data gives nothing: the terminator is kLastChunk).
 std::string chunk(std::string_view data);
 inline constexpr std::string_view kLastChunk = "0\r\n\r\n";

@@ -119,6 +119,7 @@ struct HttpServer::Connection {
     std::string in;                     // received, not yet parsed
     std::string out;                    // to send
     std::unique_ptr<AsyncJob> job;
+    std::vector<std::pair<std::string, std::string>> job_headers;  // Reply::headers of the job
     bool job_streaming = false;
     bool job_paused = false;  // set_paused(true) was called (backpressure)
     bool keep_alive = true;   // of the request being answered
@@ -218,6 +219,71 @@ void HttpServer::stop() {
     [[maybe_unused]] const ssize_t w = ::write(stop_fd_, &one, sizeof one);
 }
 
+void HttpServer::drain(double timeout_s) {
+    const int64_t deadline =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(
+            (Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                                std::max(0.0, timeout_s))))
+                .time_since_epoch())
+            .count();
+    int64_t old = drain_deadline_ns_.load();
+    while ((!draining_ || deadline < old) && !drain_deadline_ns_.compare_exchange_weak(old, deadline)) {
+    }
+    draining_ = true;
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t w = ::write(stop_fd_, &one, sizeof one);
+}
+
+void HttpServer::abort_job(Connection& c) {
+    AsyncJob::Progress p;
+    try {
+        p = c.job->abort("the server is shutting down");
+    } catch (const std::exception& e) {
+        log::error("aborting the request on connection ", c.id, ": ", e.what());
+        c.job->cancel();
+    }
+    c.keep_alive = false;
+    if (c.job_streaming) {
+        if (!p.body.empty()) send(c, chunk(p.body));
+        send(c, std::string(kLastChunk));
+    } else {
+        HttpResponse r = p.response ? std::move(*p.response) : error(503, "the server is shutting down");
+        for (const auto& h : c.job_headers) r.headers.push_back(h);
+        send(c, serialize(r, false));
+    }
+    c.job.reset();
+    c.job_paused = false;
+    c.close_after_flush = true;
+    if (c.out.empty()) c.dead = true;
+}
+
+bool HttpServer::drain_step() {
+    const int64_t now = Clock::now().time_since_epoch().count();
+    bool jobs = false, pending = false;
+    for (const auto& [id, c] : connections_) {
+        jobs = jobs || c->job;
+        pending = pending || !c->out.empty();
+    }
+    if (jobs && aborted_at_ns_ == 0 &&
+        now >= std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(drain_deadline_ns_.load())).count()) {
+        log::warn("shutdown: aborting the requests still running");
+        aborted_at_ns_ = now;
+        std::vector<uint64_t> ids;
+        for (const auto& [id, c] : connections_)
+            if (c->job) ids.push_back(id);
+        for (uint64_t id : ids) {
+            Connection& c = *connections_.at(id);
+            abort_job(c);
+            if (c.dead) close_connection(id);
+        }
+        return false;
+    }
+    if (!jobs && !pending) return true;
+    // Output that the clients do not take is dropped 2 s after the abort (or after the last job ended).
+    if (!jobs && aborted_at_ns_ == 0) aborted_at_ns_ = now;
+    return aborted_at_ns_ != 0 && now - aborted_at_ns_ > std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(2)).count();
+}
+
 HttpResponse HttpServer::error(int status, const std::string& message) const {
     if (options_.error_response) return options_.error_response(status, message);
     return HttpResponse::text(status, message + "\n");
@@ -227,7 +293,8 @@ void HttpServer::run() {
     std::vector<epoll_event> events(256);
     auto last_sweep = Clock::now();
     while (!stopping_) {
-        const int n = ::epoll_wait(epoll_fd_, events.data(), int(events.size()), 1000);
+        if (draining_ && drain_step()) break;
+        const int n = ::epoll_wait(epoll_fd_, events.data(), int(events.size()), draining_ ? 50 : 1000);
         if (n < 0) {
             OSPREY_CHECK(errno == EINTR, "epoll_wait failed: ", std::strerror(errno));
             continue;
@@ -534,7 +601,7 @@ void HttpServer::process(Connection& c) {
 }
 
 void HttpServer::start_request(Connection& c, HttpRequest request) {
-    c.keep_alive = request.keep_alive && !stopping_ && !c.read_closed;
+    c.keep_alive = request.keep_alive && !stopping_ && !draining_ && !c.read_closed;
     Reply reply;
     try {
         reply = handler_(request);
@@ -543,13 +610,15 @@ void HttpServer::start_request(Connection& c, HttpRequest request) {
     }
     if (!reply.job) {
         if (!c.keep_alive) c.close_after_flush = true;
+        for (auto& h : reply.headers) reply.response.headers.push_back(std::move(h));
         send(c, serialize(reply.response, c.keep_alive));
         return;
     }
     c.job = std::move(reply.job);
+    c.job_headers = std::move(reply.headers);
     c.job_streaming = c.job->streaming();
     c.job_paused = false;
-    if (c.job_streaming) send(c, serialize_chunked_head(200, c.job->content_type(), c.keep_alive));
+    if (c.job_streaming) send(c, serialize_chunked_head(200, c.job->content_type(), c.keep_alive, c.job_headers));
     std::weak_ptr<Notifier> weak = notifier_;
     const uint64_t id = c.id;
     c.job->start([weak, id] {
@@ -570,12 +639,14 @@ void HttpServer::pump_job(Connection& c) {
         p.done = true;
         if (!c.job_streaming) p.response = error(500, std::string("internal error: ") + e.what());
     }
+    if (p.done && draining_) c.keep_alive = false;  // shutting down: no next request on this connection
     if (c.job_streaming) {
         if (!p.body.empty()) send(c, chunk(p.body));
         if (p.done) send(c, std::string(kLastChunk));
     } else if (p.done) {
-        send(c, serialize(p.response ? *p.response : error(500, "internal error: job ended without a response"),
-                          c.keep_alive));
+        HttpResponse r = p.response ? std::move(*p.response) : error(500, "internal error: job ended without a response");
+        for (const auto& h : c.job_headers) r.headers.push_back(h);
+        send(c, serialize(r, c.keep_alive));
     }
     // The rest after the other ready work (and not while the client does not read).
     if (p.more && !p.done && !c.dead && !c.job_paused) notifier_->wake(c.id);

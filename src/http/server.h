@@ -57,11 +57,21 @@ public:
     // Backpressure for streaming jobs: the client is not reading, so stop producing (true) until
     // its output drains (false). Optional.
     virtual void set_paused(bool paused) {}
+    // The server is shutting down and waits no longer (HttpServer::drain): stop the work and say how
+    // the response ends. Streaming: Progress::body holds the stream's last bytes (e.g. an error
+    // event, then the end marker); not streaming: Progress::response (default: a 503 error).
+    virtual Progress abort(const std::string& reason) {
+        cancel();
+        return {};
+    }
 };
 
 struct Reply {
     HttpResponse response;  // used when job is null
     std::unique_ptr<AsyncJob> job;
+    // Extra headers for the job's response: the streamed head, or appended to a non-streaming job's
+    // response (e.g. CORS and X-Request-Id, which depend on the request).
+    std::vector<std::pair<std::string, std::string>> headers;
 
     Reply() = default;
     Reply(HttpResponse r) : response(std::move(r)) {}
@@ -111,6 +121,13 @@ public:
     void run();
     // From any thread (or a signal handler: it only writes to an eventfd).
     void stop();
+    // Graceful stop, from any thread: keep-alive ends, requests in progress get `timeout_s` more
+    // seconds to finish; then every job still running is aborted (AsyncJob::abort: a stream gets its
+    // closing bytes) and run() returns once the output is flushed (at most 2 s later). New requests
+    // are still read and handed to the handler, which decides what to answer (503 while draining).
+    // A second call can shorten the timeout (e.g. 0 on a second signal).
+    void drain(double timeout_s);
+    bool draining() const { return draining_.load(); }
 
     size_t n_connections() const { return n_connections_.load(); }
     bool tls() const { return ssl_ctx_ != nullptr; }
@@ -131,6 +148,8 @@ private:
     void update_interest(Connection& c);
     void close_connection(uint64_t id);
     void sweep_timeouts();
+    bool drain_step();  // while draining: aborts jobs past the deadline; true when run() may return
+    void abort_job(Connection& c);
     bool make_room();  // closes one connection that holds no request in progress; false if none
     Io read_some(Connection& c, char* buf, size_t n, size_t& got);
     Io write_some(Connection& c, const char* data, size_t n, size_t& sent);
@@ -148,6 +167,9 @@ private:
     uint64_t next_id_ = 1;
     std::atomic<size_t> n_connections_{0};
     std::atomic<bool> stopping_{false};
+    std::atomic<bool> draining_{false};
+    std::atomic<int64_t> drain_deadline_ns_{0};  // steady_clock: abort jobs still running after this
+    int64_t aborted_at_ns_ = 0;                  // when jobs were aborted (0: not yet); loop thread only
     bool accept_paused_ = false;                   // out of file descriptors: the listening socket is not watched
     std::unordered_map<std::string, int> per_ip_;  // open connections by client address (raw bytes)
     void* ssl_ctx_ = nullptr;                      // SSL_CTX*, when TLS is on

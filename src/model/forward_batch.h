@@ -34,6 +34,12 @@ struct SequenceSlice {
     // Data-parallel group whose KV cache (and ranks) this sequence uses, in [0, ModelRunner::dp_groups()).
     // Page and window-slot ids are that group's own: every group has the whole KvLayout.
     int32_t dp_group = 0;
+    // Prompt scoring (model/prompt_scores.h), only where ModelRunner::supports_prompt_scoring():
+    // empty, or [n_tokens] the token that follows each position (-1: not scored). The backend then
+    // computes log p(target | the tokens up to that position) and the score_top_k most likely
+    // tokens for every scored position (ModelRunner::take_prompt_scores).
+    std::vector<int32_t> score_targets = {};  // (initialised: designated initialisers may leave it out)
+    int32_t score_top_k = 0;
 };
 
 struct ForwardBatch {

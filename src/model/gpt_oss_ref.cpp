@@ -17,6 +17,7 @@
 #include "kernels/cpu/sampling.h"
 #include "kernels/cpu/swiglu.h"
 #include "model/batch_check.h"
+#include "model/prompt_scores.h"
 
 namespace osprey::model {
 
@@ -274,6 +275,7 @@ void CpuReference::forward(const ForwardBatch& batch) {
         moe_block(layer, step);
     }
     unembed(step);
+    score_prompt(step);
 }
 
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b. A tensor-parallel
@@ -467,6 +469,41 @@ void CpuReference::unembed(const Step& step) {
         bf16_view(weights_.unembedding).subspan(size_t(piece_.vocab.first) * c.d_model, size_t(V) * c.d_model);
     cpu::matmul_bf16w(logits_, normed, unembedding, {}, n, c.d_model, V, *pool_);
     dump("logits", -1, logits_);
+}
+
+bool CpuReference::supports_prompt_scoring() const {
+    return piece_.vocab.first == 0 && piece_.vocab.count == config_.vocab_size;
+}
+
+void CpuReference::take_prompt_scores(std::vector<TokenScore>& out) {
+    out = std::move(scores_);
+    scores_.clear();
+}
+
+// Prompt scoring (model/prompt_scores.h): the final norm and unembedding of the scored positions,
+// kScoreRows at a time (each a [rows, vocab] fp32 block), then log-softmax on the host.
+void CpuReference::score_prompt(const Step& step) {
+    scores_.clear();
+    const std::vector<ScoredRow> rows = scored_rows(*step.batch, config_.vocab_size);
+    if (rows.empty()) return;
+    OSPREY_CHECK(supports_prompt_scoring(), "cpu-reference: prompt scoring needs the whole vocabulary on one rank");
+    const Config& c = config_;
+    const int V = c.vocab_size;
+    constexpr size_t kScoreRows = 64;
+    const std::span<const bf16> unembedding = bf16_view(weights_.unembedding).subspan(0, size_t(V) * c.d_model);
+    std::vector<float> x, normed, logits;
+    for (size_t first = 0; first < rows.size(); first += kScoreRows) {
+        const size_t n = std::min(kScoreRows, rows.size() - first);
+        x.resize(n * c.d_model);
+        normed.resize(x.size());
+        logits.resize(n * size_t(V));
+        for (size_t r = 0; r < n; ++r)
+            std::copy_n(x_.begin() + size_t(rows[first + r].row) * c.d_model, c.d_model, x.begin() + r * c.d_model);
+        // xn = rmsnorm(x) · gain; logits = xn · Wunembᵀ, as in unembed()   [n, d_model] -> [n, V]
+        cpu::rmsnorm(normed, x, final_norm_, int(n), c.d_model, c.norm_eps, *pool_);
+        cpu::matmul_bf16w(logits, normed, unembedding, {}, int(n), c.d_model, V, *pool_);
+        score_logit_rows(logits, V, std::span(rows).subspan(first, n), scores_);
+    }
 }
 
 void CpuReference::gather_logits(std::vector<float>& out) {

@@ -68,6 +68,9 @@ public:
     void forward(const ForwardBatch& batch) override;
     void copy_kv(const KvCopyPlan& plan) override;
     void logits_to_host(std::vector<float>& out) override;
+    // Prompt scoring on a whole vocabulary (not with a vocabulary split over ranks).
+    bool supports_prompt_scoring() const override;
+    void take_prompt_scores(std::vector<TokenScore>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
 
@@ -103,6 +106,7 @@ private:
     void moe_block(int layer, const Step& step);
     void store_kv(int layer, const Step& step);
     void unembed(const Step& step);
+    void score_prompt(const Step& step);
     void dump(std::string_view name, int layer, std::span<const float> values) const;
     void slice_layer(int layer);
     // The logits of every vocabulary row, [n_logit_rows, vocab] (gathered from the ranks when split).
@@ -139,6 +143,7 @@ private:
     size_t dp_first_ = 0;
     std::vector<float> xn_all_, moe_all_;
     int n_logit_rows_ = 0;
+    std::vector<TokenScore> scores_;  // of the last forward (prompt scoring)
 };
 
 }  // namespace osprey::model

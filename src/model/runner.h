@@ -60,6 +60,11 @@ public:
     // each row's previous tokens and step index for the penalties and the seeded draw.
     virtual void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                         std::span<SampleResult> out) = 0;
+
+    // Prompt scoring: whether forward() honours SequenceSlice::score_targets (false: it must not be
+    // given any), and the scores of the last forward, one per scored position in slice order.
+    virtual bool supports_prompt_scoring() const { return false; }
+    virtual void take_prompt_scores(std::vector<TokenScore>& out) { out.clear(); }
 };
 
 // The layout of `runner`'s spec at `page_size` with these block counts (for callers that size a

@@ -1,6 +1,7 @@
 // TEST ONLY scripted model backend (see scripted_runner.h).
 #include "model/scripted_runner.h"
 
+#include <algorithm>
 #include <thread>
 
 #include "core/check.h"
@@ -9,10 +10,16 @@
 namespace osprey::model {
 
 ScriptedRunner::ScriptedRunner(Config config, std::vector<int32_t> script)
-    : config_(std::move(config)), script_(std::move(script)) {
-    OSPREY_CHECK(!script_.empty(), "the test script has no tokens");
-    for (int32_t t : script_)
-        OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
+    : ScriptedRunner(std::move(config), std::vector<std::vector<int32_t>>{std::move(script)}) {}
+
+ScriptedRunner::ScriptedRunner(Config config, std::vector<std::vector<int32_t>> scripts)
+    : config_(std::move(config)), scripts_(std::move(scripts)) {
+    OSPREY_CHECK(!scripts_.empty(), "no test script");
+    for (const auto& script : scripts_) {
+        OSPREY_CHECK(!script.empty(), "a test script has no tokens");
+        for (int32_t t : script)
+            OSPREY_CHECK(t >= 0 && t < config_.vocab_size, "script token ", t, " outside the vocabulary");
+    }
 }
 
 void ScriptedRunner::allocate_kv(const KvLayout& layout) {
@@ -41,7 +48,10 @@ void ScriptedRunner::sample(std::span<const SamplingParams> params, std::span<co
     OSPREY_CHECK(state.size() == out.size() && params.size() == out.size(), "sample: span sizes differ");
     for (size_t i = 0; i < out.size(); ++i) {
         const size_t step = size_t(state[i].step);
-        out[i].token = script_[std::min(step, script_.size() - 1)];
+        constexpr int32_t kCall = 200012;  // <|call|>: one per earlier tool call in the prompt
+        const size_t turn = size_t(std::count(state[i].prompt_tokens, state[i].prompt_tokens + state[i].n_prompt_tokens, kCall));
+        const std::vector<int32_t>& script = scripts_[std::min(turn, scripts_.size() - 1)];
+        out[i].token = script[std::min(step, script.size() - 1)];
         if (const uint32_t* allowed = state[i].allowed; allowed && !((allowed[out[i].token >> 5] >> (out[i].token & 31)) & 1)) {
             // Constrained decoding: a scripted token the mask refuses is replaced by an allowed one,
             // drawn from (seed, step) (so tests get arbitrary yet valid constrained output).

@@ -1,8 +1,10 @@
 // TEST ONLY: a ModelRunner that "generates" a fixed token script whatever the prompt (token i of
 // every sample is script[i]; past the end it repeats the last token). `osprey serve` uses it only
 // when $OSPREY_TEST_SCRIPT is set, so the Python client tests can drive a real tool-call round trip
-// (a random-weight model never calls a tool by itself). The config is the tiny preset's. A scripted
-// token that a constrained request's mask refuses is replaced by an allowed one drawn from the seed.
+// (a random-weight model never calls a tool by itself). The config is the tiny preset's.
+// Several scripts make an agent loop: a prompt holding k tool calls (<|call|> tokens: k turns of
+// tool use so far) gets script k (the last one past the end). A scripted token that a constrained
+// request's mask refuses is replaced by an allowed one drawn from the seed.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,7 @@ namespace osprey::model {
 class ScriptedRunner : public ModelRunner {
 public:
     ScriptedRunner(Config config, std::vector<int32_t> script);
+    ScriptedRunner(Config config, std::vector<std::vector<int32_t>> scripts);
     // Makes every forward() take at least this long (a model's pace, for cancellation tests).
     void set_step_delay(std::chrono::microseconds delay) { step_delay_ = delay; }
 
@@ -32,7 +35,7 @@ public:
 
 private:
     Config config_;
-    std::vector<int32_t> script_;
+    std::vector<std::vector<int32_t>> scripts_;
     KvLayout layout_;
     int n_logit_rows_ = 0;
     std::chrono::microseconds step_delay_{0};

@@ -1,5 +1,6 @@
 // POST /v1/chat/completions: Harmony prompt in, reasoning / content / tool calls out, streamed over
 // SSE or answered whole. Request parsing: chat_request.cpp; token -> delta: frontend/chat_output.cpp.
+#include <algorithm>
 #include <optional>
 #include <span>
 
@@ -21,10 +22,16 @@ using frontend::ToolCall;
 using frontend::ToolCallDelta;
 
 void check_model(const ServerContext& ctx, const std::string& model) {
-    if (model != ctx.options.model_name)
+    const auto& extra = ctx.options.extra_model_names;
+    if (model != ctx.options.model_name && std::find(extra.begin(), extra.end(), model) == extra.end())
         throw ApiError(404, "The model '" + model.substr(0, 200) + "' does not exist; this server serves '" +
                                 ctx.options.model_name + "'",
                        "model", "model_not_found");
+}
+
+std::string response_id(ServerContext& ctx, const char* prefix, const std::string& request_id) {
+    if (request_id.empty()) return ctx.new_id(prefix);
+    return request_id.rfind(prefix, 0) == 0 ? request_id : prefix + request_id;
 }
 
 json::Value token_logprob_json(const tok::Tokenizer& tokenizer, const engine::Event& e) {
@@ -100,12 +107,13 @@ public:
     ChatJob(ServerContext& ctx, std::shared_ptr<engine::RequestStream> stream, const ChatRequest& r,
             std::span<const int32_t> primed)
         : ChoicesJob(ctx, {std::move(stream)}, r.params.n, r.params.stream, r.params.include_usage, "chatcmpl-",
-                     "chat.completion", "chat.completion.chunk"),
+                     "chat.completion", "chat.completion.chunk", r.params.request_id),
           logprobs_(r.params.sampling.logprobs) {
         ChatOutputOptions o;
         o.tool_names = r.tool_names;
         o.tools_enabled = r.tools_enabled;
         o.stop = r.params.stop;
+        o.include_stop = r.params.include_stop_str_in_output;
         for (int i = 0; i < r.params.n; ++i) {
             choices_.emplace_back(ctx.tokenizer, o);
             choices_.back().output.prime(primed);
@@ -229,11 +237,12 @@ private:
 
 }  // namespace
 
-http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body, RequestInfo& info) {
     ChatRequest r = parse_chat_request(body, ctx.limits);
     check_model(ctx, r.model);
     const auto constraint = frontend::make_harmony_constraint(
         ctx.target().tokenizer, {.final_format = r.format, .tools = r.tools, .forced = r.forced});
+    if (!info.request_id.empty()) r.params.request_id = info.request_id;  // the header wins, as in vLLM
     frontend::Submitted s = frontend::submit_rendered(ctx.target(), {.id = "chat",
                                                                      .conversation = r.conversation,
                                                                      .forced = r.forced,
@@ -241,7 +250,9 @@ http::Reply handle_chat_completions(ServerContext& ctx, const json::Value& body)
                                                                      .api = Api::chat,
                                                                      .prompt_param = "messages",
                                                                      .constraint = constraint});
-    return http::Reply(std::make_unique<ChatJob>(ctx, std::move(s.stream), r, s.primed));
+    auto job = std::make_unique<ChatJob>(ctx, std::move(s.stream), r, s.primed);
+    info.request_id = r.params.request_id.empty() ? job->id() : r.params.request_id;
+    return http::Reply(std::move(job));
 }
 
 }  // namespace osprey::server

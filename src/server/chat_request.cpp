@@ -61,6 +61,13 @@ ChatRequest parse_chat_request(const json::Value& body, const GenerationLimits& 
     r.model = *model;
 
     PromptSpec spec;
+    // vLLM's chat_template_kwargs: gpt-oss's template reads reasoning_effort (and model_identity,
+    // builtin_tools, which Harmony here does not take from the client: accepted, no effect).
+    if (const json::Value* kwargs = f.object("chat_template_kwargs")) {
+        Fields k(*kwargs, "chat_template_kwargs");
+        if (auto e = k.get("reasoning_effort")) spec.effort = parse_effort(*e, "chat_template_kwargs.reasoning_effort");
+        for (const auto& [key, value] : kwargs->as_object()) k.ignore({key});
+    }
     if (auto e = f.get("reasoning_effort")) spec.effort = parse_effort(*e, "reasoning_effort");
     if (const json::Value* reasoning = f.object("reasoning")) {
         Fields rf(*reasoning, "reasoning");

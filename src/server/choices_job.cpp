@@ -9,9 +9,9 @@ namespace osprey::server {
 
 ChoicesJob::ChoicesJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams,
                        int n_samples, bool streaming, bool include_usage, const char* id_prefix, const char* object,
-                       const char* chunk_object)
+                       const char* chunk_object, const std::string& request_id)
     : GenerationJob(ctx, std::move(streams), n_samples, streaming),
-      id_(ctx.new_id(id_prefix)),
+      id_(response_id(ctx, id_prefix, request_id)),
       created_(unix_time()),
       include_usage_(include_usage),
       object_(object),

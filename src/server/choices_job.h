@@ -17,7 +17,9 @@ public:
     // `object`: the body's "object" ("chat.completion"); `chunk_object`: a streamed chunk's.
     ChoicesJob(ServerContext& ctx, std::vector<std::shared_ptr<engine::RequestStream>> streams, int n_samples,
                bool streaming, bool include_usage, const char* id_prefix, const char* object,
-               const char* chunk_object);
+               const char* chunk_object, const std::string& request_id = "");
+
+    const std::string& id() const { return id_; }
 
 protected:
     // One streamed chunk: {"id", "object": chunk_object, "created", "model", "system_fingerprint",

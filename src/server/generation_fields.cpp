@@ -1,6 +1,7 @@
 // OpenAI sampling parameters -> SamplingParams (see generation_fields.h).
 #include "server/generation_fields.h"
 
+#include <algorithm>
 #include <random>
 
 #include "server/api_error.h"
@@ -96,6 +97,8 @@ GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLim
             s.top_logprobs = int(*v);
         }
         if (auto v = f.boolean("echo")) p.echo = *v;
+        if (p.echo && s.logprobs) p.prompt_logprobs = s.top_logprobs;
+        if (auto v = f.integer("prompt_logprobs", 0, limits.max_top_logprobs)) p.prompt_logprobs = std::max(p.prompt_logprobs, int(*v));
     } else {
         if (auto v = f.integer("top_logprobs", 0, limits.max_top_logprobs)) {
             s.logprobs = *v > 0;
@@ -114,6 +117,35 @@ GenerationParams parse_generation_params(Fields& f, Api api, const GenerationLim
     } else {
         if (auto v = f.integer("max_output_tokens", 1, max_limit)) p.max_tokens = int(*v);
     }
+
+    // vLLM's extras, in every API.
+    if (auto v = f.integer("min_tokens", 0, max_limit)) {
+        p.min_tokens = int(*v);
+        if (p.max_tokens && p.min_tokens > *p.max_tokens)
+            bad_param(f.path("min_tokens"), str("must not exceed the output limit (", *p.max_tokens, ")"));
+    }
+    if (const json::Value* ids = f.array("stop_token_ids")) {
+        if (ids->size() > 64) bad_param(f.path("stop_token_ids"), "at most 64 token ids");
+        for (size_t i = 0; i < ids->size(); ++i) {
+            const json::Value& t = ids->as_array()[i];
+            const std::string path = str(f.path("stop_token_ids"), "[", i, "]");
+            if (!t.is_integer()) wrong_type(path, "a token id (integer)", t);
+            if (t.as_int() < 0 || t.as_int() >= limits.vocab_size)
+                bad_param(path, str("token id ", t.as_int(), " is outside the vocabulary [0, ", limits.vocab_size, ")"));
+            p.stop_token_ids.push_back(int32_t(t.as_int()));
+        }
+    }
+    if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+    if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+    if (auto v = f.integer("priority", -1000000, 1000000)) p.priority = int(*v);
+    if (auto v = f.string("request_id")) {
+        if (v->empty() || v->size() > 256) bad_param(f.path("request_id"), "must be 1 to 256 characters");
+        for (unsigned char ch : *v)
+            if (ch < 0x20 || ch > 0x7e) bad_param(f.path("request_id"), "must be printable ASCII");
+        p.request_id = *v;
+    }
+    // Accepted, no effect: detokenisation never adds spaces between special tokens here.
+    f.ignore({"spaces_between_special_tokens"});
 
     if (auto v = f.boolean("stream")) p.stream = *v;
     if (api != Api::responses) {

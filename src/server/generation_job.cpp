@@ -4,6 +4,7 @@
 #include <random>
 
 #include "http/sse.h"
+#include "server/api_error.h"
 
 namespace osprey::server {
 
@@ -49,6 +50,27 @@ void GenerationJob::start(std::function<void()> wake) {
 
 void GenerationJob::cancel() {
     for (auto& s : streams_) s->cancel();
+}
+
+http::AsyncJob::Progress GenerationJob::abort(const std::string& reason) {
+    cancel();
+    Progress p;
+    p.done = true;
+    const std::string message = reason + "; the request was cut off";
+    if (streaming_) {
+        json::Value body = error_body(message, "server_error", "", "server_shutdown");
+        if (stream_error_type_) {  // the responses API's "error" event: its fields at the top too
+            body.set("type", stream_error_type_);
+            body.set("code", "server_shutdown");
+            body.set("message", message);
+            body.set("param", json::Value());
+        }
+        p.body = http::sse_event(body.dump(), stream_error_type_ ? stream_error_type_ : "");
+        p.body += http::sse_event("[DONE]");
+    } else {
+        p.response = error_response(ApiError(503, message, "", "server_shutdown"));
+    }
+    return p;
 }
 
 void GenerationJob::set_paused(bool paused) {

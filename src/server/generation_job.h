@@ -28,6 +28,9 @@ public:
     void cancel() override;
     // The client does not read: the engine stops generating for this request (engine::RequestStream).
     void set_paused(bool paused) override;
+    // Shutdown: the engine request is cancelled; a stream ends with an error event (code
+    // "server_shutdown") and "data: [DONE]", a non-streaming request gets a 503.
+    Progress abort(const std::string& reason) override;
 
 protected:
     // Formatter hooks, all on the event loop thread. Streaming ones append SSE bytes to p.body.
@@ -49,6 +52,7 @@ protected:
     // Totals over every prompt (each prompt's usage counted once).
     int prompt_tokens_ = 0, completion_tokens_ = 0, cached_tokens_ = 0;
     std::string last_finish_reason_ = "stop";  // for the metrics
+    const char* stream_error_type_ = nullptr;   // SSE event name of a streamed error (responses: "error")
 
 private:
     std::vector<std::shared_ptr<engine::RequestStream>> streams_;

@@ -48,18 +48,62 @@ bool OpenAiServer::authorized(const http::HttpRequest& request) const {
 }
 
 http::HttpResponse OpenAiServer::models() const {
-    json::Value m;
-    m.set("id", ctx_.options.model_name);
-    m.set("object", "model");
-    m.set("created", ctx_.created);
-    m.set("owned_by", "osprey");
-    m.set("root", ctx_.options.model_path.empty() ? ctx_.options.model_name : ctx_.options.model_path);
-    m.set("parent", json::Value());
-    m.set("max_model_len", ctx_.max_model_len);
+    json::Array data;
+    std::vector<std::string> names = {ctx_.options.model_name};
+    names.insert(names.end(), ctx_.options.extra_model_names.begin(), ctx_.options.extra_model_names.end());
+    for (const std::string& name : names) {
+        json::Value m;
+        m.set("id", name);
+        m.set("object", "model");
+        m.set("created", ctx_.created);
+        m.set("owned_by", "osprey");
+        m.set("root", ctx_.options.model_path.empty() ? ctx_.options.model_name : ctx_.options.model_path);
+        m.set("parent", json::Value());
+        m.set("max_model_len", ctx_.max_model_len);
+        data.push_back(std::move(m));
+    }
     json::Value v;
     v.set("object", "list");
-    v.set("data", json::Array{std::move(m)});
+    v.set("data", std::move(data));
     return http::HttpResponse::json(200, v.dump());
+}
+
+namespace {
+
+// A header value we may echo: printable ASCII, bounded (the parser already refuses CR and LF).
+bool echoable(const std::string& value, size_t max_size) {
+    if (value.empty() || value.size() > max_size) return false;
+    for (unsigned char ch : value)
+        if (ch < 0x20 || ch > 0x7e) return false;
+    return true;
+}
+
+}  // namespace
+
+void OpenAiServer::add_cors(const http::HttpRequest& request, bool preflight,
+                            std::vector<std::pair<std::string, std::string>>& headers) const {
+    const auto& allowed = ctx_.options.allowed_origins;
+    const std::string* origin = request.header("origin");
+    if (std::find(allowed.begin(), allowed.end(), "*") != allowed.end()) {
+        headers.emplace_back("Access-Control-Allow-Origin", "*");
+    } else if (origin && std::find(allowed.begin(), allowed.end(), *origin) != allowed.end()) {
+        headers.emplace_back("Access-Control-Allow-Origin", *origin);
+        headers.emplace_back("Vary", "Origin");
+    } else {
+        return;  // not an allowed origin: the browser refuses to show the response
+    }
+    if (!preflight) return;
+    headers.emplace_back("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+    // Whatever headers the page wants to send (openai-node adds x-stainless-*): the API key is what
+    // protects the routes, not the header list. Only tokens and commas are echoed.
+    std::string wanted = "Authorization, Content-Type";
+    if (const std::string* asked = request.header("access-control-request-headers");
+        asked && echoable(*asked, 4096) &&
+        asked->find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_, ") ==
+            std::string::npos)
+        wanted = *asked;
+    headers.emplace_back("Access-Control-Allow-Headers", wanted);
+    headers.emplace_back("Access-Control-Max-Age", "86400");
 }
 
 namespace {
@@ -85,18 +129,18 @@ void require_method(const http::HttpRequest& request, const char* method) {
 
 }  // namespace
 
-http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& route_name) {
+http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& route_name, RequestInfo& info) {
     const std::string& path = request.path;
     if (request.method == "OPTIONS") {
         route_name = "options";
         http::HttpResponse r = http::HttpResponse::text(204, "", "");
-        r.headers = {{"Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS"},
-                     {"Access-Control-Allow-Headers", "Authorization, Content-Type"},
-                     {"Access-Control-Max-Age", "86400"}};
+        add_cors(request, /*preflight=*/true, r.headers);
         return http::Reply(r);
     }
     if (path == "/health") {
         route_name = "/health";
+        // Load balancers take a non-200 as "send no more here": while draining, say so.
+        if (ctx_.draining) return http::Reply(http::HttpResponse::json(503, "{\"status\":\"draining\"}"));
         return http::Reply(http::HttpResponse::json(200, "{\"status\":\"ok\"}"));
     }
     if (path == "/metrics") {
@@ -109,7 +153,8 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
         require_method(request, "GET");
         return http::Reply(http::HttpResponse::text(200, chat_page_html(), "text/html; charset=utf-8"));
     }
-    if (path.rfind("/v1/", 0) != 0) {
+    const bool tokenizer_route = path == "/tokenize" || path == "/detokenize";
+    if (path.rfind("/v1/", 0) != 0 && !tokenizer_route) {
         route_name = "other";
         throw ApiError(404, "no route " + request.method + " " + path.substr(0, 200));
     }
@@ -117,8 +162,17 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
     // path is the client's to choose, and labels must not grow with what clients send (issue 19).
     if (!authorized(request))
         throw ApiError(401, "missing or incorrect API key (send 'Authorization: Bearer <key>')", "", "invalid_api_key");
-    if (path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses")
+    if (path == "/v1/models" || path == "/v1/chat/completions" || path == "/v1/completions" ||
+        path == "/v1/responses" || tokenizer_route)
         route_name = path;  // one of kRouteLabels
+    if (tokenizer_route) {
+        require_method(request, "POST");
+        return http::Reply(path == "/tokenize" ? handle_tokenize(ctx_, parse_body(request))
+                                               : handle_detokenize(ctx_, parse_body(request)));
+    }
+    const bool generation = path == "/v1/chat/completions" || path == "/v1/completions" || path == "/v1/responses";
+    if (generation && ctx_.draining)
+        throw ApiError(503, "the server is shutting down; send the request elsewhere", "", "server_shutdown");
     if (path == "/v1/models") {
         require_method(request, "GET");
         return http::Reply(models());
@@ -132,15 +186,20 @@ http::Reply OpenAiServer::route(const http::HttpRequest& request, std::string& r
     }
     if (path == "/v1/chat/completions") {
         require_method(request, "POST");
-        return handle_chat_completions(ctx_, parse_body(request));
+        return handle_chat_completions(ctx_, parse_body(request), info);
     }
     if (path == "/v1/completions") {
         require_method(request, "POST");
-        return handle_completions(ctx_, parse_body(request));
+        return handle_completions(ctx_, parse_body(request), info);
     }
     if (path == "/v1/responses") {
         require_method(request, "POST");
-        return handle_responses(ctx_, parse_body(request));
+        return handle_responses(ctx_, parse_body(request), info);
+    }
+    if (path.rfind("/v1/responses/", 0) == 0 && path.size() > 26 && path.compare(path.size() - 12, 12, "/input_items") == 0) {
+        route_name = "/v1/responses/{id}/input_items";
+        require_method(request, "GET");
+        return http::Reply(get_response_input_items(ctx_, path.substr(14, path.size() - 26), request.query));
     }
     if (path.rfind("/v1/responses/", 0) == 0) {
         route_name = "/v1/responses/{id}";
@@ -213,8 +272,14 @@ http::Reply OpenAiServer::metrics_reply() {
 http::Reply OpenAiServer::handle(const http::HttpRequest& request) {
     std::string route_name = "other";
     http::Reply reply;
+    RequestInfo info;
     try {
-        reply = route(request, route_name);
+        if (const std::string* rid = request.header("x-request-id")) {
+            if (!echoable(*rid, 256))
+                throw ApiError(400, "X-Request-Id: must be 1 to 256 printable ASCII characters", "X-Request-Id");
+            info.request_id = *rid;
+        }
+        reply = route(request, route_name, info);
     } catch (const ApiError& e) {
         reply = http::Reply(error_response(e));
     } catch (const Error& e) {
@@ -223,6 +288,11 @@ http::Reply OpenAiServer::handle(const http::HttpRequest& request) {
         log::error("internal error on ", request.method, " ", request.path, ": ", e.what());
         reply = http::Reply(error_response(ApiError(500, std::string("internal error: ") + e.what())));
     }
+    auto& headers = reply.job ? reply.headers : reply.response.headers;
+    if (route_name != "options") add_cors(request, /*preflight=*/false, headers);
+    if (const std::string* rid = request.header("x-request-id"); info.request_id.empty() && rid && echoable(*rid, 256))
+        info.request_id = *rid;
+    if (!info.request_id.empty()) headers.emplace_back("X-Request-Id", info.request_id);
     const int status = reply.job ? 200 : reply.response.status;
     if (std::find(std::begin(kRouteLabels), std::end(kRouteLabels), route_name) == std::end(kRouteLabels))
         route_name = "other";  // never a label outside the table

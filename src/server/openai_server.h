@@ -8,6 +8,7 @@
 #include <string>
 
 #include "http/server.h"
+#include "server/routes.h"
 #include "server/server_context.h"
 #include "server/worker.h"
 
@@ -24,7 +25,10 @@ public:
     static http::HttpResponse transport_error(int status, const std::string& message);
 
 private:
-    http::Reply route(const http::HttpRequest& request, std::string& route_name);
+    http::Reply route(const http::HttpRequest& request, std::string& route_name, RequestInfo& info);
+    // CORS headers for `request`'s Origin (ServerOptions::allowed_origins); preflights get more.
+    void add_cors(const http::HttpRequest& request, bool preflight,
+                  std::vector<std::pair<std::string, std::string>>& headers) const;
     bool authorized(const http::HttpRequest& request) const;
     http::HttpResponse models() const;
     http::Reply metrics_reply();
@@ -44,6 +48,9 @@ inline constexpr const char* kRouteLabels[] = {"/",
                                                "/v1/completions",
                                                "/v1/responses",
                                                "/v1/responses/{id}",
+                                               "/v1/responses/{id}/input_items",
+                                               "/tokenize",
+                                               "/detokenize",
                                                "options",
                                                "other"};
 

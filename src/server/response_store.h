@@ -18,6 +18,7 @@ struct StoredResponse {
     json::Value response;                // as returned to the client
     harmony::Conversation conversation;  // turns so far (without system/developer messages)
     std::vector<std::string> instructions;
+    json::Array input_items;             // the request's input, as items with ids (GET .../input_items)
 };
 
 class ResponseStore {

@@ -5,6 +5,8 @@
 // call is announced by its first piece and its arguments follow as deltas (ChatOutput's call pieces);
 // a call whose arguments end up not JSON is closed with status "incomplete" and no arguments.done,
 // and its text follows as a message. Not streamed, only complete calls become items.
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <span>
 
@@ -50,7 +52,35 @@ struct ResponsesRequest {
     json::Value format_echo;        // text.format as the response object shows it
     std::optional<std::string> previous_response_id;
     json::Value echo;  // request fields echoed in the response object
+    json::Array input_items;  // the input as items with ids, for GET /v1/responses/{id}/input_items
 };
+
+// The include values OpenAI's API defines: message.output_text.logprobs is honoured; the others
+// concern tools or inputs this server does not have (or, reasoning.encrypted_content, reasoning it
+// does not encrypt) and change nothing. Anything else is a 400.
+constexpr const char* kIncludeValues[] = {"message.output_text.logprobs",     "reasoning.encrypted_content",
+                                          "code_interpreter_call.outputs",    "computer_call_output.output.image_url",
+                                          "file_search_call.results",         "message.input_image.image_url",
+                                          "web_search_call.action.sources",   "web_search_call.results"};
+
+// An input item as GET .../input_items lists it: with an id, a string content as input_text.
+json::Value input_item_json(const json::Value& item, ServerContext& ctx) {
+    json::Value v = item;
+    if (!v.find("type")) v.set("type", "message");
+    if (!v.find("id")) {
+        const std::string& type = v.at("type").as_string();
+        v.set("id", ctx.new_id(type == "message" ? "msg_" : type == "function_call" ? "fc_" :
+                               type == "reasoning" ? "rs_" : "fco_"));
+    }
+    if (const json::Value* content = v.find("content"); content && content->is_string()) {
+        json::Value part;
+        const bool assistant = v.find("role") && v.at("role").is_string() && v.at("role").as_string() == "assistant";
+        part.set("type", assistant ? "output_text" : "input_text");
+        part.set("text", content->as_string());
+        v.set("content", json::Array{part});
+    }
+    return v;
+}
 
 // Function names of the function_call items of a stored response, by call id.
 void collect_calls(const json::Value& response, std::map<std::string, std::string>& names) {
@@ -103,8 +133,9 @@ void parse_input_item(const json::Value& value, const std::string& path, PromptS
     } else if (type == "reasoning") {
         std::string text;
         if (const json::Value* content = f.array("content")) text = content_text(*content, f.path("content"), {"reasoning_text"});
-        if (text.empty())
-            if (const json::Value* summary = f.array("summary")) text = content_text(*summary, f.path("summary"), {"summary_text"});
+        // The summary, when there is no full text (an item echoed back holds both: the text wins).
+        if (const json::Value* summary = f.array("summary"); summary && text.empty())
+            text = content_text(*summary, f.path("summary"), {"summary_text"});
         if (!text.empty()) spec.turns.push_back(Message::assistant(text, "analysis"));
         f.ignore({"id", "status", "encrypted_content"});
     } else {
@@ -142,8 +173,16 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
     if (!input) bad_param("input", "required", "missing_required_parameter");
     if (input->is_string()) {
         r.spec.turns.push_back(Message::user(input->as_string()));
+        json::Value item;
+        item.set("type", "message");
+        item.set("role", "user");
+        item.set("content", input->as_string());
+        r.input_items.push_back(input_item_json(item, ctx));
     } else if (input->is_array()) {
-        for (size_t i = 0; i < input->size(); ++i) parse_input_item(input->as_array()[i], str("input[", i, "]"), r.spec, call_names);
+        for (size_t i = 0; i < input->size(); ++i) {
+            parse_input_item(input->as_array()[i], str("input[", i, "]"), r.spec, call_names);
+            r.input_items.push_back(input_item_json(input->as_array()[i], ctx));
+        }
     } else {
         wrong_type("input", "a string or an array of input items", *input);
     }
@@ -194,13 +233,23 @@ ResponsesRequest parse_responses_request(ServerContext& ctx, const json::Value& 
         bad_param("truncation", "must be 'disabled' or 'auto'");
     r.store = f.boolean("store").value_or(true);
     r.params = parse_generation_params(f, Api::responses, ctx.limits);
+    if (const json::Value* include = f.array("include")) {
+        for (size_t i = 0; i < include->size(); ++i) {
+            const json::Value& v = include->as_array()[i];
+            const std::string path = str("include[", i, "]");
+            if (!v.is_string()) wrong_type(path, "a string", v);
+            if (std::find(std::begin(kIncludeValues), std::end(kIncludeValues), v.as_string()) == std::end(kIncludeValues))
+                bad_param(path, "unknown include value '" + v.as_string().substr(0, 80) + "'");
+            if (v.as_string() == "message.output_text.logprobs") r.params.sampling.logprobs = true;
+        }
+    }
     r.echo.set("temperature", double(r.params.sampling.temperature));
     r.echo.set("top_p", double(r.params.sampling.top_p));
     r.echo.set("max_output_tokens", r.params.max_tokens ? json::Value(*r.params.max_tokens) : json::Value());
     const json::Value* metadata = f.object("metadata");
     r.echo.set("metadata", metadata ? *metadata : json::Value(json::Object{}));
     r.echo.set("parallel_tool_calls", f.boolean("parallel_tool_calls").value_or(true));
-    f.ignore({"user", "include", "service_tier", "prompt_cache_key", "safety_identifier", "max_tool_calls",
+    f.ignore({"user", "service_tier", "prompt_cache_key", "safety_identifier", "max_tool_calls",
               "stream_options"});
     f.finish();
     return r;
@@ -213,7 +262,7 @@ public:
                  std::span<const int32_t> primed)
         : GenerationJob(ctx, {std::move(stream)}, 1, r.params.stream),
           r_(std::move(r)),
-          id_(ctx.new_id("resp_")),
+          id_(response_id(ctx, "resp_", r_.params.request_id)),
           created_(unix_time()),
           output_(ctx.tokenizer, [&] {
               ChatOutputOptions o;
@@ -222,7 +271,10 @@ public:
               return o;
           }()) {
         output_.prime(primed);
+        stream_error_type_ = "error";
     }
+
+    const std::string& id() const { return id_; }
 
     void start(std::function<void()> wake) override {
         if (streaming_) {
@@ -271,7 +323,7 @@ private:
             part.set("type", "output_text");
             part.set("text", it.text);
             part.set("annotations", json::Array{});
-            part.set("logprobs", json::Array{});
+            part.set("logprobs", it.logprobs);
             v.set("content", json::Array{part});
         } else {
             v.set("type", "function_call");
@@ -383,7 +435,7 @@ private:
             json::Value f = base;
             f.set("content_index", 0);
             f.set("text", it.text);
-            f.set("logprobs", json::Array{});
+            f.set("logprobs", it.logprobs);
             p.body += event("response.output_text.done", f);
             json::Value c = base;
             c.set("content_index", 0);
@@ -406,23 +458,27 @@ private:
     }
 
     // Appends text to the open reasoning or message item (opening it) and streams the delta.
-    void append_text(const char* kind, const char* event_type, const std::string& text, Progress& p) {
+    // `logprobs`: of the tokens that produced a message delta (the tokens of Harmony's headers and of
+    // the reasoning have none in the output).
+    void append_text(const char* kind, const char* event_type, const std::string& text, Progress& p,
+                     json::Array logprobs = {}) {
         if (text.empty()) return;
         const size_t i = open_item(kind, p);
         items_[i].text += text;
+        for (const auto& lp : logprobs) items_[i].logprobs.push_back(lp);
         if (!streaming_) return;
         json::Value f;
         f.set("item_id", items_[i].id);
         f.set("output_index", int(i));
         f.set("content_index", 0);
         f.set("delta", text);
-        if (std::string_view(kind) == "message") f.set("logprobs", json::Array{});
+        if (std::string_view(kind) == "message") f.set("logprobs", std::move(logprobs));
         p.body += event(event_type, f);
     }
 
-    void apply(const ChatDelta& d, Progress& p) {
+    void apply(const ChatDelta& d, Progress& p, json::Array logprobs = {}) {
         append_text("reasoning", "response.reasoning_text.delta", d.reasoning, p);
-        append_text("message", "response.output_text.delta", d.content, p);
+        append_text("message", "response.output_text.delta", d.content, p, std::move(logprobs));
         // Streaming: a call is announced by its first piece and its arguments follow as deltas; it
         // completes (or is closed incomplete) later. Not streaming: only complete calls become items.
         if (streaming_) {
@@ -459,10 +515,21 @@ private:
         return p;
     }
 
-    void on_token(int, const engine::Event& e, Progress& p) override { apply(output_.push(e.token), p); }
+    void on_token(int, const engine::Event& e, Progress& p) override {
+        ChatDelta d = output_.push(e.token);
+        json::Array logprobs;
+        if (r_.params.sampling.logprobs && !d.content.empty()) {
+            json::Value lp = token_logprob_json(ctx_.tokenizer, e);
+            // The responses API's top_logprobs entries are {token, logprob, bytes}.
+            logprobs.push_back(std::move(lp));
+        }
+        apply(d, p, std::move(logprobs));
+    }
 
     void on_finish(int, const engine::Event& e, Progress& p) override {
         apply(output_.finish(e.stop_token), p);
+        // Cut by max_output_tokens: the item being written is incomplete too, not only the response.
+        if (e.reason == engine::FinishReason::length && open_ >= 0) items_[size_t(open_)].cut = true;
         close_item(p);
         reason_ = e.reason;
         if (e.reason == engine::FinishReason::error) {
@@ -482,6 +549,7 @@ private:
             StoredResponse stored;
             stored.response = response;
             stored.conversation.messages = r_.spec.turns;
+            stored.input_items = r_.input_items;
             for (const Message& m : output_.messages()) stored.conversation.messages.push_back(m);
             ctx_.responses.put(id_, std::move(stored));
         }
@@ -505,9 +573,11 @@ private:
         // streamed call whose arguments never did is closed as "incomplete" (its text then follows
         // as a message, as in the chat API).
         bool complete = false;
+        bool cut = false;         // open when max_output_tokens ended the response
+        json::Array logprobs;     // message items: of its tokens, when asked for
     };
     const char* final_status(const Item& it) const {
-        return it.kind == "function_call" && !it.complete ? "incomplete" : "completed";
+        return it.cut || (it.kind == "function_call" && !it.complete) ? "incomplete" : "completed";
     }
 
     ResponsesRequest r_;
@@ -524,8 +594,9 @@ private:
 
 }  // namespace
 
-http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
+http::Reply handle_responses(ServerContext& ctx, const json::Value& body, RequestInfo& info) {
     ResponsesRequest r = parse_responses_request(ctx, body);
+    if (!info.request_id.empty()) r.params.request_id = info.request_id;  // the header wins, as in vLLM
     const Conversation conversation = frontend::build_conversation(r.spec);
     frontend::HarmonyConstraintSpec cs{.final_format = r.format, .tools = r.spec.tools, .forced = r.forced};
     const auto constraint = frontend::make_harmony_constraint(ctx.target().tokenizer, cs);
@@ -536,7 +607,60 @@ http::Reply handle_responses(ServerContext& ctx, const json::Value& body) {
                                                                      .api = Api::responses,
                                                                      .prompt_param = "input",
                                                                      .constraint = constraint});
-    return http::Reply(std::make_unique<ResponsesJob>(ctx, std::move(s.stream), std::move(r), s.primed));
+    const std::string request_id = r.params.request_id;
+    auto job = std::make_unique<ResponsesJob>(ctx, std::move(s.stream), std::move(r), s.primed);
+    info.request_id = request_id.empty() ? job->id() : request_id;
+    return http::Reply(std::move(job));
+}
+
+http::HttpResponse get_response_input_items(ServerContext& ctx, const std::string& id, const std::string& query) {
+    auto r = ctx.responses.get(id);
+    if (!r) throw ApiError(404, "no stored response '" + id.substr(0, 80) + "'", "response_id", "not_found");
+    // Query: limit (1..100, default 20), order (asc | desc, default desc), after (an item id).
+    int limit = 20;
+    bool ascending = false;
+    std::string after;
+    size_t at = 0;
+    while (at < query.size()) {
+        size_t end = query.find('&', at);
+        if (end == std::string::npos) end = query.size();
+        const std::string pair = query.substr(at, end - at);
+        at = end + 1;
+        const size_t eq = pair.find('=');
+        const std::string key = pair.substr(0, eq), value = eq == std::string::npos ? "" : pair.substr(eq + 1);
+        if (key == "limit") {
+            char* stop = nullptr;
+            const long v = std::strtol(value.c_str(), &stop, 10);
+            if (value.empty() || *stop || v < 1 || v > 100) bad_param("limit", "must be an integer in [1, 100]");
+            limit = int(v);
+        } else if (key == "order") {
+            if (value != "asc" && value != "desc") bad_param("order", "must be 'asc' or 'desc'");
+            ascending = value == "asc";
+        } else if (key == "after") {
+            after = value;
+        } else if (key == "include" || key == "include[]" || key.empty()) {
+            // accepted (the items are returned whole)
+        } else {
+            bad_param(key.substr(0, 40), "unknown query parameter");
+        }
+    }
+    json::Array items = r->input_items;
+    if (!ascending) std::reverse(items.begin(), items.end());
+    size_t first = 0;
+    if (!after.empty()) {
+        while (first < items.size() && items[first].at("id").as_string() != after) ++first;
+        if (first == items.size()) bad_param("after", "no input item '" + after.substr(0, 80) + "'");
+        ++first;
+    }
+    json::Array page;
+    for (size_t i = first; i < items.size() && int(page.size()) < limit; ++i) page.push_back(items[i]);
+    json::Value v;
+    v.set("object", "list");
+    v.set("first_id", page.empty() ? json::Value() : page.front().at("id"));
+    v.set("last_id", page.empty() ? json::Value() : page.back().at("id"));
+    v.set("has_more", first + page.size() < items.size());
+    v.set("data", std::move(page));
+    return http::HttpResponse::json(200, v.dump());
 }
 
 http::HttpResponse get_stored_response(ServerContext& ctx, const std::string& id) {

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "frontend/submit.h"
@@ -16,7 +17,11 @@
 namespace osprey::server {
 
 struct ServerOptions {
-    std::string model_name = "osprey";     // the id /v1/models lists and requests must name
+    std::string model_name = "osprey";     // the id /v1/models lists first and responses carry
+    std::vector<std::string> extra_model_names;  // more ids requests may name (--served-model-name A B)
+    // Origins browsers may call from (CORS): {"*"} for any (the default, as vLLM's), else the exact
+    // "scheme://host[:port]" values; an empty list sends no CORS headers.
+    std::vector<std::string> allowed_origins = {"*"};
     std::string model_path;                // shown in /v1/models (root)
     std::string api_key;                   // empty: /v1 routes are open
     size_t max_stored_responses = 10000;   // /v1/responses with store: oldest dropped beyond this
@@ -33,6 +38,7 @@ struct ServerContext {
     Metrics metrics;
     ResponseStore responses;
     std::atomic<uint64_t> next_request{1};
+    std::atomic<bool> draining{false};  // shutting down: /health says so, new generations get 503
 
     ServerContext(engine::Engine& e, const tok::Tokenizer& t, ServerOptions o)
         : engine(e), tokenizer(t), options(std::move(o)), responses(options.max_stored_responses) {}

@@ -15,6 +15,7 @@ struct SampleOutcome {
     std::vector<float> logprobs;  // their log-probabilities (collect() only; 0 unless requested)
     bool finished = false;
     engine::Event finish;
+    std::vector<TokenScore> prompt_logprobs;  // collect() only: Event::prompt_logprobs, when sent
 };
 
 // Pops every queued event (non-blocking) into `out` (sized to the stream's samples).
@@ -38,6 +39,7 @@ inline std::vector<SampleOutcome> collect(engine::RequestStream& s) {
     while (!s.done()) {
         const engine::Event e = s.pop();
         SampleOutcome& o = out[size_t(e.sample)];
+        if (!e.prompt_logprobs.empty()) o.prompt_logprobs = e.prompt_logprobs;
         if (e.kind == engine::Event::Kind::token) {
             o.tokens.push_back(e.token);
             o.logprobs.push_back(e.logprob);

@@ -160,6 +160,77 @@ TEST(engine_cpu_reference, forked_samples_decode_like_a_solo_run) {
     }
 }
 
+// Prompt scoring (issue 15): the prompt log-probabilities the engine returns, computed over several
+// prefill chunks while the prompt's prefix sits in the cache (a scoring request takes no cache hit),
+// equal a direct computation: one forward per prefix, log-softmax of its logits, in double. The
+// target's rank and the top 3 agree too; only sample 0 of n = 2 carries them.
+TEST(engine_cpu_reference, prompt_scores_equal_a_direct_computation) {
+    auto runner = checkpoint().runner();
+    std::mt19937 rng(7);
+    const auto prompt = random_tokens(rng, 45);
+    std::vector<TokenScore> got;
+    {
+        EngineOptions o;
+        o.page_size = 8;
+        o.max_num_seqs = 4;
+        o.max_batch_tokens = 16;  // the prompt is scored over three steps
+        o.check_invariants = true;
+        Engine engine(*runner, o);
+        Request warm;
+        warm.prompt = prompt;
+        warm.sampling.temperature = 0;
+        warm.max_new_tokens = 2;
+        auto w = engine.submit(warm);  // puts the prompt's pages in the prefix cache
+        engine.run_until_idle();
+        test::collect(*w);
+        Request r = warm;
+        r.prompt_logprobs = 3;
+        r.n = 2;
+        auto s = engine.submit(r);
+        engine.run_until_idle();
+        const auto out = test::collect(*s);
+        ASSERT_EQ(out.size(), 2u);
+        EXPECT_EQ(out[0].finish.usage.cached_tokens, 0);
+        EXPECT_TRUE(out[1].prompt_logprobs.empty());
+        got = out[0].prompt_logprobs;
+    }
+    ASSERT_EQ(got.size(), prompt.size() - 1);
+
+    runner->allocate_kv(kv_layout_for(*runner, 16, 8, 1));
+    std::vector<int32_t> pages(8);
+    for (int i = 0; i < 8; ++i) pages[size_t(i)] = i;
+    for (size_t p = 1; p < prompt.size(); ++p) {
+        model::ForwardBatch b;
+        b.tokens.assign(prompt.begin(), prompt.begin() + ptrdiff_t(p));
+        model::SequenceSlice sl;
+        sl.n_tokens = int(p);
+        sl.pages = pages;
+        b.slices.push_back(sl);
+        runner->forward(b);
+        std::vector<float> logits;
+        runner->logits_to_host(logits);
+        double max = -1e300, sum = 0.0;
+        for (float x : logits) max = std::max(max, double(x));
+        for (float x : logits) sum += std::exp(double(x) - max);
+        const double log_z = max + std::log(sum);
+        const int32_t target = prompt[p];
+        const TokenScore& g = got[p - 1];
+        EXPECT_NEAR(g.logprob, double(logits[size_t(target)]) - log_z, 1e-3) << "position " << p;
+        int rank = 1;
+        for (size_t t = 0; t < logits.size(); ++t)
+            rank += logits[t] > logits[size_t(target)] || (logits[t] == logits[size_t(target)] && int32_t(t) < target);
+        EXPECT_NEAR(g.rank, rank, 2) << "position " << p;  // float ties between chunked and whole forwards
+        std::vector<int32_t> order(logits.size());
+        for (size_t t = 0; t < order.size(); ++t) order[t] = int32_t(t);
+        std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                          [&](int32_t a, int32_t c) { return logits[size_t(a)] > logits[size_t(c)]; });
+        ASSERT_EQ(g.top.size(), 3u);
+        for (int k = 0; k < 3; ++k)
+            EXPECT_NEAR(g.top[size_t(k)].second, double(logits[size_t(order[size_t(k)])]) - log_z, 1e-3);
+        EXPECT_EQ(g.top[0].first, order[0]) << "position " << p;
+    }
+}
+
 TEST(engine_cpu_reference, batch_invariance_with_chunks_prefix_hits_and_preemption) {
     std::mt19937 rng(2);
     const auto common = random_tokens(rng, 70);

@@ -163,9 +163,26 @@ TEST(ChatOutput, ToolCallWithRecipientAfterTheChannelAndGluedJson) {
 }
 
 TEST(ChatOutput, EmptyArgumentsBecomeAnEmptyObject) {
-    const OutputRun r = run("<|channel|>commentary to=functions.now <|constrain|>json<|message|><|call|>");
+    ChatOutputOptions o;
+    o.tool_names = {"now"};
+    const OutputRun r = run("<|channel|>commentary to=functions.now <|constrain|>json<|message|><|call|>", o);
     ASSERT_EQ(r.all.tool_calls.size(), 1u);
     EXPECT_EQ(r.all.tool_calls[0].arguments, "{}");
+}
+
+// A call to a function the request did not declare (or with no tools at all) is no tool call: no
+// client could run it. Its arguments text is the content, the finish reason "stop".
+TEST(ChatOutput, CallToAnUndeclaredFunctionIsContent) {
+    ChatOutputOptions o;
+    o.tool_names = {"get_weather"};
+    const std::string call = "<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{\"tz\": 1}<|call|>";
+    for (const ChatOutputOptions& options : {o, ChatOutputOptions{}}) {
+        const OutputRun r = run(call, options);
+        EXPECT_TRUE(r.all.tool_calls.empty());
+        EXPECT_TRUE(r.streamed.empty());
+        EXPECT_EQ(r.all.content, "{\"tz\": 1}");
+        EXPECT_EQ(r.finish_reason, "stop");
+    }
 }
 
 TEST(ChatOutput, ArgumentsThatAreNotJsonAreReportedAsContent) {
@@ -201,8 +218,10 @@ TEST(ChatOutput, CallArgumentsAreStreamedInPiecesThatAddUpToTheCall) {
 }
 
 TEST(ChatOutput, CallThatTurnsInvalidStopsStreamingAndBecomesContent) {
+    ChatOutputOptions o;
+    o.tool_names = {"f"};
     const OutputRun r = run(
-        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"city\": Paris, \"x\": 1}<|call|>");
+        "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"city\": Paris, \"x\": 1}<|call|>", o);
     EXPECT_TRUE(r.all.tool_calls.empty());
     ASSERT_EQ(r.streamed.size(), 1u);
     EXPECT_EQ(r.streamed[0].arguments, "{\"city\":");  // the viable prefix; nothing after 'P'
@@ -315,6 +334,17 @@ TEST(StopStrings, HoldsBackPossibleStartsOnly) {
     StopStrings t({"zz"});
     EXPECT_EQ(t.push("az"), "a");
     EXPECT_EQ(t.flush(), "z");
+}
+
+// vLLM's include_stop_str_in_output: the matched stop string (the earliest, the longest at a tie)
+// stays in the output.
+TEST(StopStrings, IncludeStopKeepsTheMatchedString) {
+    StopStrings s({"ab", "abc"}, /*include_stop=*/true);
+    EXPECT_EQ(s.push("xxab"), "xxab");
+    EXPECT_TRUE(s.matched());
+    StopStrings t({"end"}, true);
+    EXPECT_EQ(t.push("the e"), "the ");
+    EXPECT_EQ(t.push("nd and more"), "end");
 }
 
 }  // namespace

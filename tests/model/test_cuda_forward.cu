@@ -125,6 +125,68 @@ TEST(cuda_forward, long_prompt_in_chunks_then_32_greedy_steps) {
     EXPECT_LT(worst, kLogitBound);
 }
 
+// Prompt scoring (issue 15): a batch of two prefill chunks (one scored over more than kScoreRows
+// positions, one ending at its last prompt token so it also samples) and a decode token gives the
+// reference's prompt scores (log-probabilities within 2e-2, the same top token where the reference's
+// margin is clear) and leaves the sampled rows' logits as an unscored batch has them.
+TEST(cuda_forward, prompt_scores_match_the_reference) {
+    Pair p(/*graphs=*/false);
+    std::vector<test::Seq> seqs(3);
+    for (int i = 0; i < 3; ++i) {
+        seqs[i].tokens = random_prompt(150, 300 + i);
+        seqs[i].pages = test::pages_from(i * 40, 40);
+        seqs[i].window_slot = 2 * i + 1;
+    }
+    // seq 2 first computes 20 tokens so that it can decode in the scored step.
+    {
+        ForwardBatch b;
+        b.tokens.assign(seqs[2].tokens.begin(), seqs[2].tokens.begin() + 20);
+        b.slices.push_back(test::slice_for(seqs[2], 0, 20));
+        p.forward(b);
+        seqs[2].n_computed = 20;
+    }
+    ForwardBatch b;
+    // seq 0: 100 of its 150 tokens, all scored (its last scored position does not sample: no logits).
+    // seq 1: 40 tokens as a whole prompt of 40: the first 39 scored, the last samples.
+    // seq 2: one decode token.
+    const std::vector<std::pair<int, int>> plan = {{0, 100}, {1, 40}, {2, 1}};
+    for (auto [i, n] : plan) {
+        test::Seq& s = seqs[size_t(i)];
+        SequenceSlice sl = test::slice_for(s, b.n_tokens(), n);
+        b.tokens.insert(b.tokens.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        if (i == 0) {
+            sl.want_logits = false;
+            sl.score_top_k = 5;
+            for (int t = 0; t < n; ++t) sl.score_targets.push_back(s.tokens[size_t(s.n_computed + t + 1)]);
+        } else if (i == 1) {
+            sl.score_top_k = 0;
+            for (int t = 0; t < n; ++t) sl.score_targets.push_back(t + 1 < n ? s.tokens[size_t(t + 1)] : -1);
+        }
+        b.slices.push_back(sl);
+        s.n_computed += n;
+    }
+    const double err = p.forward(b);
+    EXPECT_LT(err, kLogitBound) << "the sampled rows' logits";
+    std::vector<TokenScore> want, got;
+    p.cpu.take_prompt_scores(want);
+    p.gpu.take_prompt_scores(got);
+    ASSERT_EQ(want.size(), size_t(100 + 39));
+    ASSERT_EQ(got.size(), want.size());
+    double worst = 0;
+    int top_checked = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, std::abs(double(got[i].logprob) - want[i].logprob));
+        ASSERT_EQ(got[i].top.size(), want[i].top.size()) << "position " << i;
+        if (want[i].top.size() >= 2 && want[i].top[0].second - want[i].top[1].second > 0.05f) {
+            EXPECT_EQ(got[i].top[0].first, want[i].top[0].first) << "position " << i;
+            ++top_checked;
+        }
+    }
+    std::printf("  %zu scored positions: worst logprob difference %.2e, %d top tokens compared\n", want.size(),
+                worst, top_checked);
+    EXPECT_LT(worst, 2e-2);
+}
+
 // A step mixing a prefill chunk, decode tokens and a prefix-cache replay (n_full_kv_cached), in one
 // batch, against the reference running the very same batches.
 TEST(cuda_forward, mixed_ragged_batch) {

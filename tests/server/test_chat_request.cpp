@@ -109,6 +109,46 @@ TEST(ChatRequest, SamplingParametersMapOntoTheEngine) {
     }
 }
 
+// vLLM's extras (issue 15): mapped onto the engine request, their bad values named.
+TEST(ChatRequest, VllmExtrasMapOntoTheEngine) {
+    ChatRequest r = parse(R"({"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 20,
+        "min_tokens": 5, "stop_token_ids": [7, 200002], "skip_special_tokens": false, "include_stop_str_in_output": true,
+        "priority": -3, "request_id": "abc-1", "chat_template_kwargs": {"reasoning_effort": "high", "other": 1}})");
+    EXPECT_NE(harmony::render_for_completion(r.conversation).text().find("Reasoning: high"), std::string::npos);
+    EXPECT_EQ(r.params.request_id, "abc-1");
+    EXPECT_FALSE(r.params.skip_special_tokens);
+    EXPECT_TRUE(r.params.include_stop_str_in_output);
+    engine::Request request;
+    request.max_new_tokens = 20;
+    request.stop_token_ids = {200002, 200012};
+    frontend::apply_to_request(r.params, request);
+    EXPECT_EQ(request.min_tokens, 5);
+    EXPECT_EQ(request.priority, 3);  // vLLM: lower first; the engine: higher first
+    EXPECT_EQ(request.stop_token_ids, (std::vector<int32_t>{200002, 200012, 7}));
+    EXPECT_EQ(request.prompt_logprobs, -1);
+
+    const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+    const std::pair<std::string, std::string> cases[] = {
+        {R"({"model": "m", "max_tokens": 4, "min_tokens": 5, )" + user + "}", "min_tokens"},
+        {R"({"model": "m", "stop_token_ids": [1, -1], )" + user + "}", "stop_token_ids[1]"},
+        {R"({"model": "m", "stop_token_ids": 5, )" + user + "}", "stop_token_ids"},
+        {R"({"model": "m", "priority": 1.5, )" + user + "}", "priority"},
+        {R"({"model": "m", "request_id": "", )" + user + "}", "request_id"},
+        {R"({"model": "m", "chat_template_kwargs": {"reasoning_effort": "max"}, )" + user + "}",
+         "chat_template_kwargs.reasoning_effort"},
+        {R"({"model": "m", "chat_template_kwargs": [], )" + user + "}", "chat_template_kwargs"},
+    };
+    for (const auto& [body, param] : cases) {
+        try {
+            parse(body);
+            ADD_FAILURE() << "accepted: " << body;
+        } catch (const ApiError& e) {
+            EXPECT_EQ(e.status, 400) << body;
+            EXPECT_EQ(e.param, param) << body << ": " << e.what();
+        }
+    }
+}
+
 TEST(ChatRequest, ErrorsNameTheField) {
     const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
     const std::pair<std::string, std::string> cases[] = {

@@ -152,6 +152,50 @@ TEST_F(ServerE2E, DisconnectCancelsTheGeneration) {
                 static_cast<unsigned long long>(s.n_generated_tokens));
 }
 
+// Graceful shutdown (issue 15): drain() lets a short request finish, answers /health and new
+// generations with 503 while draining, and at the deadline ends each stream still running with an
+// error event and [DONE] (responses API too), a non-streaming request with a 503; run() returns.
+TEST_F(ServerE2E, DrainFinishesShortRequestsAndEndsLongStreamsCleanly) {
+    runner_->set_step_delay(2ms);
+    const int chat_fd = connect_client(), responses_fd = connect_client(), plain_fd = connect_client(),
+              short_fd = connect_client(), probe_fd = connect_client();
+    send_all(chat_fd, chat(130000, true));
+    send_all(responses_fd, post("/v1/responses", R"({"model": "m", "input": "hi", "stream": true, "max_output_tokens": 130000})"));
+    send_all(plain_fd, chat(130000, false));
+    std::string started[2];  // what the streams sent before the drain (they have started)
+    for (int i = 0; i < 2; ++i) {
+        char tmp[4096];
+        const ssize_t n = ::recv(i == 0 ? chat_fd : responses_fd, tmp, sizeof tmp, 0);
+        ASSERT_GT(n, 0);
+        started[i].assign(tmp, size_t(n));
+    }
+    send_all(short_fd, chat(100, false));  // ~0.2 s at 2 ms a step: it ends within the timeout
+    std::this_thread::sleep_for(50ms);
+    api_->context().draining = true;
+    http_->drain(1.0);
+    std::string buffer;
+    const std::string done_short = read_response(short_fd, buffer);
+    EXPECT_NE(done_short.find("HTTP/1.1 200 OK"), std::string::npos) << done_short;
+    EXPECT_NE(done_short.find("Connection: close"), std::string::npos);
+    buffer.clear();
+    send_all(probe_fd, "GET /health HTTP/1.1\r\nHost: t\r\n\r\n");
+    const std::string health = read_response(probe_fd, buffer);
+    EXPECT_NE(health.find("HTTP/1.1 503"), std::string::npos) << health;
+    EXPECT_NE(health.find("{\"status\":\"draining\"}"), std::string::npos);
+    for (int i = 0; i < 2; ++i) {
+        const std::string r = read_response(i == 0 ? chat_fd : responses_fd, started[i]);
+        EXPECT_EQ(r.rfind("EOF:", 0), std::string::npos) << "the stream was cut: " << r.substr(r.size() - 300);
+        EXPECT_NE(r.find("\"code\":\"server_shutdown\""), std::string::npos);
+        EXPECT_NE(r.find("data: [DONE]\n\n"), std::string::npos);
+    }
+    std::string b;
+    const std::string plain = read_response(plain_fd, b);
+    EXPECT_NE(plain.find("HTTP/1.1 503"), std::string::npos) << plain;
+    loop_.join();  // run() returned by itself
+    loop_ = std::thread([] {});
+    for (int fd : {chat_fd, responses_fd, plain_fd, short_fd, probe_fd}) ::close(fd);
+}
+
 TEST_F(ServerE2E, ManyIdleConnectionsAndBadClientsDoNotBlockOthers) {
     std::vector<int> idle;
     for (int i = 0; i < 300; ++i) idle.push_back(connect_client());

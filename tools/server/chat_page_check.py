@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,6 +21,16 @@ from server_process import OspreyServer, test_env  # noqa: E402
 
 SCRIPT = ("<|channel|>analysis<|message|>The user says hello. Greet them back.<|end|>"
           "<|start|>assistant<|channel|>final<|message|>Hello from the Osprey chat page!<|return|>")
+# A scripted tool call (issue 15): turn 0 calls get_weather (its arguments streamed in pieces), the
+# page answers it (?tool_result=), and turn 1, whose prompt holds the call, answers. The call must
+# render as one bubble with its name, the result as its own, and the history the page sends for
+# turn 1 must be accepted (a 400 would show as an error in the bubble).
+TOOL_SCRIPT = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.get_weather"
+               "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Paris\", \"unit\": \"celsius\"}<|call|>"
+               "<<next turn>>"
+               "<|channel|>final<|message|>It is sunny in Paris.<|return|>")
+TOOLS = ('[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", '
+         '"properties": {"city": {"type": "string"}, "unit": {"type": "string"}}}}}]')
 
 
 def find_chromium():
@@ -113,11 +124,31 @@ def main():
             print(f"screenshot {width}x{height}: {len(colors)} distinct sampled colours, {dark} dark samples")
             if len(colors) < 8 or dark < 50:
                 failures.append("the screenshot looks blank")
+    env["OSPREY_TEST_SCRIPT"] = TOOL_SCRIPT
+    with OspreyServer(a.osprey, [], env=env) as server:
+        page = (server.url + "/?q=" + urllib.parse.quote("Weather in Paris?") + "&tool_result=" +
+                urllib.parse.quote("Sunny, 21 C") + "&tools=" + urllib.parse.quote(TOOLS))
+        tool_dom = chromium(browser, ["--dump-dom", page])
+        # The conversation only (the page's own script mentions "undefined" and "error:").
+        start = tool_dom.find('<main id="log"')
+        tool_dom = tool_dom[start:tool_dom.find("</main>", start)]
+        call = 'tool call: get_weather({"city": "Paris", "unit": "celsius"})'
+        for needle in (call, "get_weather → Sunny, 21 C", "It is sunny in Paris.", "finish: tool_calls"):
+            if needle not in tool_dom:
+                failures.append(f"tool-call DOM lacks {needle!r}")
+        n_bubbles = tool_dom.count('class="tool"')
+        if n_bubbles != 1:
+            failures.append(f"{n_bubbles} tool-call bubbles, expected one")
+        for bad in ("undefined", "error:"):
+            if bad in tool_dom:
+                failures.append(f"tool-call DOM holds {bad!r}")
+        dom += tool_dom
     if failures:
         print("FAILED:\n  " + "\n  ".join(failures))
         print(dom[-3000:])
         return 1
-    print("chat page OK: the answer and the reasoning streamed into the DOM; the screenshot is not blank")
+    print("chat page OK: the answer and the reasoning streamed into the DOM; the screenshot is not blank; a "
+          "streamed tool call rendered as one bubble, its result was sent back and the next turn answered")
     return 0
 
 

@@ -16,6 +16,7 @@
 #include "model/batch_check.h"
 #include "kernels/cuda/moe_combine.h"
 #include "model/cuda/moe_step.h"
+#include "model/prompt_scores.h"
 
 namespace osprey::model {
 
@@ -434,6 +435,54 @@ void CudaRunner::forward(const ForwardBatch& batch) {
         }
     }
     n_logit_rows_ = step.n_logit_rows;
+    score_prompt(batch);
+}
+
+void CudaRunner::take_prompt_scores(std::vector<TokenScore>& out) {
+    out = std::move(scores_);
+    scores_.clear();
+}
+
+// Prompt scoring (model/prompt_scores.h), after the step's launches: the final norm and unembedding
+// of the scored rows, kScoreRows at a time, into buffers of their own (the sampled rows' final_h and
+// logits are left for sample()), then log-softmax on the host. A scored row is never a logit row
+// (scored_rows checks), so fusing the last MoE residual into x here (the norm's per-slot MoE parts,
+// as unembed() does for the logit rows) adds it once; with dumps on, unembed() has already added it
+// to every row.
+void CudaRunner::score_prompt(const ForwardBatch& batch) {
+    scores_.clear();
+    const std::vector<ScoredRow> rows = scored_rows(batch, config_.vocab_size);
+    if (rows.empty()) return;
+    const Config& c = config_;
+    Activations& a = *act_;
+    if (score_rows_.size() == 0) {
+        stream_.sync();
+        score_rows_.resize(kScoreRows);
+        score_h_.resize(size_t(kScoreRows) * c.d_model);
+        score_logits_.resize(size_t(kScoreRows) * c.vocab_size);
+    }
+    std::vector<int32_t> ids;
+    std::vector<float> logits;
+    for (size_t first = 0; first < rows.size(); first += kScoreRows) {
+        const size_t n = std::min(size_t(kScoreRows), rows.size() - first);
+        ids.resize(n);
+        for (size_t r = 0; r < n; ++r) ids[r] = rows[first + r].row;
+        score_rows_.upload(ids, stream_);
+        // h = rmsnorm(x + moe) · gain on the scored rows                    [n, d_model] bf16
+        cuda::rmsnorm({.y = score_h_.get(), .x = a.x, .gain = weights_.final_norm.get(),
+                       .moe_y = dump_ ? nullptr : a.moe_out.y, .moe_w = a.moe_out.w, .rows = score_rows_.get(),
+                       .n_tokens = int(n), .d = c.d_model, .eps = c.norm_eps},
+                      stream_);
+        // logits = h · Wunembᵀ                                              [n, vocab] f32
+        blas_->linear({.y = score_logits_.get(), .x = score_h_.get(), .w = weights_.unembedding.get(),
+                       .n_tokens = int(n), .n_out = c.vocab_size, .n_in = c.d_model, .y_f32 = true},
+                      stream_);
+        logits.resize(n * size_t(c.vocab_size));
+        CUDA_CHECK(cudaMemcpyAsync(logits.data(), score_logits_.get(), logits.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_));
+        stream_.sync();
+        score_logit_rows(logits, c.vocab_size, std::span(rows).subspan(first, n), scores_);
+    }
 }
 
 void CudaRunner::set_profile(bool on) {

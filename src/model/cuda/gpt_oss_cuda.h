@@ -82,6 +82,10 @@ public:
     void logits_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
+    // Prompt scoring: the scored rows' logits are computed on the GPU (kScoreRows at a time, into
+    // buffers of their own, so the sampled rows' logits stay) and scored on the host.
+    bool supports_prompt_scoring() const override { return true; }
+    void take_prompt_scores(std::vector<TokenScore>& out) override;
 
     // Greedy tokens (argmax, lowest id on ties) of the last forward's logit rows, computed on the
     // GPU: only the token ids are copied to the host.
@@ -114,6 +118,7 @@ private:
     void moe_block(int layer, const Step& step);
     void unembed(const Step& step);
     void apply_masks(std::span<const SamplingState> state);  // constrained decoding, before sampling
+    void score_prompt(const ForwardBatch& batch);
     void dump(std::string_view name, int layer, const void* device, int rows, int width, bool bf16) const;
     void mark(const char* step);  // profiling: the GPU work since the previous mark belongs to `step`
     // What this rank computes (the whole model unless sharded): widths of its heads, its experts and
@@ -162,6 +167,12 @@ private:
     std::vector<int32_t> mask_rows_host_;
     cuda::DeviceBuffer<uint32_t> mask_device_;
     cuda::DeviceBuffer<int32_t> mask_rows_device_;
+    // Prompt scoring (allocated on first use): row ids, normalised rows and logits of kScoreRows rows.
+    static constexpr int kScoreRows = 64;
+    cuda::DeviceBuffer<int32_t> score_rows_;  // [kScoreRows]
+    cuda::DeviceBuffer<bf16> score_h_;        // [kScoreRows, d_model]
+    cuda::DeviceBuffer<float> score_logits_;  // [kScoreRows, vocab]
+    std::vector<TokenScore> scores_;          // of the last forward
     CudaDumpFn dump_;
     bool profile_ = false;
     std::vector<std::unique_ptr<cuda::Event>> prof_events_;
