@@ -245,7 +245,7 @@ void CpuReference::forward(const ForwardBatch& batch) {
     int max_pos = 0;
     for (const SequenceSlice& sl : batch.slices) {
         for (int i = 0; i < sl.n_tokens; ++i) step.positions.push_back(sl.start_pos + i);
-        if (sl.want_logits) step.logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
+        for (int i = 0; i < sl.logit_rows(); ++i) step.logit_rows.push_back(sl.first_logit_token() + i);
         max_pos = std::max(max_pos, sl.start_pos + sl.n_tokens);
     }
     rope_.reserve(max_pos);
@@ -446,7 +446,8 @@ void CpuReference::moe_block(int layer, const Step& step) {
     dump("resid_mlp", layer, x_);
 }
 
-// Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits. A rank
+// Final norm and unembedding (spec §3.7), for the last token (or last n_logits tokens) of each slice
+// that wants logits. A rank
 // of a parallel layout computes its vocabulary rows [piece_.vocab) only.
 void CpuReference::unembed(const Step& step) {
     const Config& c = config_;

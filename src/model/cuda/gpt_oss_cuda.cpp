@@ -228,7 +228,7 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     bool decode_only = true;
     for (const SequenceSlice& sl : batch.slices) {
         for (int i = 0; i < sl.n_tokens; ++i) positions.push_back(sl.start_pos + i);
-        if (sl.want_logits) logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
+        for (int i = 0; i < sl.logit_rows(); ++i) logit_rows.push_back(sl.first_logit_token() + i);
         decode_only = decode_only && sl.n_tokens == 1 && sl.want_logits && sl.n_full_kv_cached == 0;
         const int page_offset = int(page_table.size());
         page_table.insert(page_table.end(), sl.pages.begin(), sl.pages.end());
