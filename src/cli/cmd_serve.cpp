@@ -15,6 +15,7 @@
 
 #include "cli/backend.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "core/check.h"
 #include "core/log.h"
 #include "engine/engine.h"
@@ -37,7 +38,7 @@ constexpr const char* kHelp =
     "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
-    "                    [--tp N] [--ep N] [--dp N]\n"
+    "                    [--tp N] [--ep N] [--dp N] [--speculative ngram|draft|eagle3 ...]\n"
     "                    [--ssl-certfile FILE --ssl-keyfile FILE] [connection limits, below]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
@@ -67,6 +68,7 @@ constexpr const char* kHelp =
     "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
     "  --default-max-tokens N output limit of requests that set none (default: the rest of the context)\n"
+    "%s"
     "  --ssl-certfile FILE    serve HTTPS: PEM certificate chain (with --ssl-keyfile)\n"
     "  --ssl-keyfile FILE     the certificate's PEM private key\n"
     "\n"
@@ -106,8 +108,7 @@ int positive_flag(const cli::Args& args, const char* name, long long fallback, l
 }
 
 int run_serve(const std::vector<std::string>& argv) {
-    const cli::Args args(argv,
-                         {"model",
+    std::vector<std::string> value_flags = {"model",
                           "host",
                           "port",
                           "api-key",
@@ -136,10 +137,11 @@ int run_serve(const std::vector<std::string>& argv) {
                           "max-output-bytes",
                           "tp",
                           "ep",
-                          "dp"},
-                         {"help", "no-prefix-caching"});
+                          "dp"};
+    for (const std::string& f : cli::speculative_flag_names()) value_flags.push_back(f);
+    const cli::Args args(argv, value_flags, {"help", "no-prefix-caching"});
     if (args.has("help")) {
-        std::fputs(kHelp, stdout);
+        std::printf(kHelp, cli::kSpeculativeHelp);
         return 0;
     }
     OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
@@ -187,6 +189,10 @@ int run_serve(const std::vector<std::string>& argv) {
     const std::string backend = cli::backend_flag(args);
     const model::ParallelLayout layout = cli::layout_flags(args);
 
+    cli::SpeculativeSetup spec = cli::speculative_flags(
+        args, {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads, .max_logit_rows = 256});
+    eo.speculative = spec.options;
+
     // The model and its tokenizer.
     const char* script = std::getenv("OSPREY_TEST_SCRIPT");
     const bool scripted = script && *script;
@@ -219,9 +225,13 @@ int run_serve(const std::vector<std::string>& argv) {
         loaded =
             str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
                 c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights.total_bytes() / (1 << 20), " MiB)");
-        made = backends::make_runner(
-            std::move(weights),
-            {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads, .layout = layout});
+        // A speculative verify asks for 1 + k logit rows per sequence.
+        const int logit_rows = spec.options.enabled() ? std::max(256, eo.max_num_seqs * (1 + spec.options.num_tokens)) : 0;
+        made = backends::make_runner(std::move(weights), {.backend = backend,
+                                                          .fall_back_to_cpu = true,
+                                                          .cpu_threads = threads,
+                                                          .max_logit_rows = logit_rows,
+                                                          .layout = layout});
         runner = std::move(made.runner);
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         so.model_name = name.empty() ? "osprey" : name;
@@ -277,6 +287,9 @@ int run_serve(const std::vector<std::string>& argv) {
     std::printf("  KV cache: %lld tokens (%d pages of %d), max %d sequences, max_model_len %d\n",
                 static_cast<long long>(stats.kv_capacity_tokens), stats.n_pages, stats.page_size, eo.max_num_seqs,
                 engine.max_model_len());
+    if (eo.speculative.enabled())
+        std::printf("  speculative decoding: %s, k = %d%s\n", stats.spec_method.c_str(), eo.speculative.num_tokens,
+                    eo.speculative.forced() ? " (FORCED ACCEPTANCE: test mode, output is not the model's)" : "");
     std::printf("  API key %s; started in %.2f s\n", so.api_key.empty() ? "off" : "required", startup);
     const std::string shown_host = ho.host.find(':') != std::string::npos ? "[" + ho.host + "]" : ho.host;
     std::printf("  listening on %s://%s:%d  (chat page at /, API under /v1)\n", http.tls() ? "https" : "http",
