@@ -99,9 +99,16 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
                                                        kv_plan_.n_snapshot_slots));
         schedulers_.push_back(std::make_unique<Scheduler>(so, *kv_.back()));
         if (options_.speculative.enabled()) {
+            const model::ModelRunner* draft = options_.speculative.draft_runner;
+            OSPREY_CHECK(options_.speculative.method != SpecMethod::draft || options_.speculative.custom ||
+                             (draft && draft->config().vocab_size == c.vocab_size),
+                         "the draft model's vocabulary (", draft ? draft->config().vocab_size : 0,
+                         ") differs from the target's (", c.vocab_size, ")");
             OSPREY_CHECK(n_groups == 1 || options_.speculative.method == SpecMethod::ngram,
                          "speculative decoding with data parallelism supports ngram only");
-            proposers_.push_back(make_proposer(options_.speculative));
+            SpeculativeOptions so = options_.speculative;
+            so.draft_max_seqs = options_.max_num_seqs;
+            proposers_.push_back(make_proposer(so));
             schedulers_.back()->set_speculation(proposers_.back().get(), options_.speculative, max_model_len_);
             stats_.spec_method = proposers_.back()->name();
         }

@@ -164,6 +164,7 @@ void Scheduler::propose(const std::vector<Sequence*>& decodes) {
         DraftRequest r;
         r.seq_uid = seq->uid;
         r.tokens = seq->tokens;
+        r.n_prompt = seq->n_prompt();
         r.max_tokens = k;
         r.out = &seq->draft;
         requests.push_back(r);

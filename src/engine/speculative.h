@@ -72,6 +72,7 @@ struct SpeculativeOptions {
 struct DraftRequest {
     uint64_t seq_uid = 0;                // the engine's sequence id (a draft model keys its cache by it)
     std::span<const int32_t> tokens;     // prompt and output so far; the last one is not computed yet
+    int n_prompt = 0;                    // tokens[0, n_prompt) is the prompt
     int max_tokens = 0;                  // propose at most this many (>= 1)
     std::vector<int32_t>* out = nullptr;  // gets the proposal (0 .. max_tokens tokens)
 };
