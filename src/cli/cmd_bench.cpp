@@ -19,6 +19,7 @@
 #include "benchtool/report.h"
 #include "benchtool/run_info.h"
 #include "benchtool/serve_bench.h"
+#include "backends/eagle3_proposer.h"
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
@@ -37,7 +38,7 @@ constexpr const char* kHelp =
     "usage: osprey bench prefill [common] [--lengths 1024,2048,4096,8192,16384,32768] [--repeats 5] [--warmup 1]\n"
     "       osprey bench decode  [common] [--batches 1,2,4,8,16,32,64,128] [--contexts 8192,32768]\n"
     "                            [--speculative ngram|draft [--num-speculative-tokens K]\n"
-    "                             [--forced-accept-len 0,1,2,3,4] [--draft-model DIR]]\n"
+    "                             [--forced-accept-len 0,1,2,3,4] [--draft-model DIR] [--eagle3-model DIR]]\n"
     "                            [--steps 32] [--warmup 4] [--kv-fill prefill|copy|shared]\n"
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
@@ -244,6 +245,13 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
                                        .max_slices = max_batch + 1});
         base.draft_runner = draft->runner.get();
     }
+    std::optional<model::Weights> target_weights;  // an EAGLE-3 head reads the target's embedding
+    if (base.method == engine::SpecMethod::eagle3) {
+        OSPREY_CHECK(a.has("eagle3-model"), "--speculative eagle3 needs --eagle3-model DIR");
+        base.eagle3_dir = a.get("eagle3-model");
+        target_weights = model::Weights::load(cli::model_dir_flag(a));
+        base.custom = backends::make_eagle3_proposer(base.eagle3_dir, *b.runner, &target_weights->embedding);
+    }
     base.validate();
     print_line(str("osprey bench decode --speculative ", engine::spec_method_name(base.method), " (k = ", k, "): ",
                    b.info.model, " on ", b.info.device));
@@ -344,7 +352,7 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
 int bench_decode(const std::vector<std::string>& argv) {
     std::vector<std::string> flags = kModelFlags;
     flags.insert(flags.end(), {"batches", "contexts", "steps", "kv-fill", "speculative", "num-speculative-tokens",
-                               "ngram-min", "ngram-max", "draft-model", "forced-accept-len"});
+                               "ngram-min", "ngram-max", "draft-model", "eagle3-model", "forced-accept-len"});
     const cli::Args a(argv, flags);
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::DecodeOptions o;

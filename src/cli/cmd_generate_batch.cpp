@@ -33,6 +33,7 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
 
     const std::string backend = runner.name().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
     SpeculativeSetup spec = speculative_flags(args, {.backend = backend, .max_logit_rows = 256});
+    if (spec.options.method == engine::SpecMethod::eagle3) attach_eagle3(spec, runner, model_dir_flag(args));
     o.speculative = spec.options;
 
     engine::Engine eng(runner, o);

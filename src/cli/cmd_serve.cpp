@@ -237,6 +237,10 @@ int run_serve(const std::vector<std::string>& argv) {
         so.model_name = name.empty() ? "osprey" : name;
         so.model_path = fs::absolute(dir).lexically_normal().string();
     }
+    if (!scripted) {
+        cli::attach_eagle3(spec, *runner, dir);
+        eo.speculative = spec.options;
+    }
     if (args.has("served-model-name")) so.model_name = args.get("served-model-name");
     OSPREY_CHECK(!so.model_name.empty(), "--served-model-name is empty");
 

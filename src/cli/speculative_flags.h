@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/eagle3_proposer.h"
 #include "backends/runner_factory.h"
 #include "cli/command.h"
 #include "core/check.h"
@@ -33,15 +34,27 @@ inline constexpr const char* kSpeculativeHelp =
     "  --speculative M        speculative decoding: ngram (prompt lookup), draft (a second gpt-oss\n"
     "                         checkpoint, --draft-model DIR) or eagle3 (--eagle3-model DIR); default off\n"
     "  --num-speculative-tokens K  tokens proposed per sequence and step (default 4)\n"
+    "  --eagle3-model DIR     the EAGLE-3 head (osprey make-model --eagle3 writes a synthetic one)\n"
+    "  --draft-model DIR      the draft checkpoint for --speculative draft\n"
     "  --ngram-min N, --ngram-max N  n-gram sizes the lookup tries, longest first (default 1, 4)\n"
     "  --forced-accept-len L, --forced-accept-fraction F  measuring on random weights: accept the first L\n"
     "                         proposals, or each with probability F, whatever the model says (NOT exact)\n";
 
-// The draft model's runner, kept alive beside the engine.
+// The draft model's runner (or the target's weights, whose embedding an EAGLE-3 head reads), kept
+// alive beside the engine.
 struct SpeculativeSetup {
     engine::SpeculativeOptions options;
     std::optional<backends::Runner> draft;
+    std::optional<model::Weights> target_weights;
 };
+
+// --speculative eagle3: the head's proposer over `target` (call once the target runner exists).
+// The target's embedding comes from its checkpoint in `target_dir` (mapped again, not copied).
+inline void attach_eagle3(SpeculativeSetup& s, model::ModelRunner& target, const std::filesystem::path& target_dir) {
+    if (s.options.method != engine::SpecMethod::eagle3) return;
+    s.target_weights = model::Weights::load(target_dir);
+    s.options.custom = backends::make_eagle3_proposer(s.options.eagle3_dir, target, &s.target_weights->embedding);
+}
 
 inline SpeculativeSetup speculative_flags(const Args& args, const backends::RunnerOptions& draft_runner_options) {
     SpeculativeSetup s;

@@ -104,7 +104,7 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
                              (draft && draft->config().vocab_size == c.vocab_size),
                          "the draft model's vocabulary (", draft ? draft->config().vocab_size : 0,
                          ") differs from the target's (", c.vocab_size, ")");
-            OSPREY_CHECK(n_groups == 1 || options_.speculative.method == SpecMethod::ngram,
+            OSPREY_CHECK(n_groups == 1 || (options_.speculative.method == SpecMethod::ngram && !options_.speculative.custom),
                          "speculative decoding with data parallelism supports ngram only");
             SpeculativeOptions so = options_.speculative;
             so.draft_max_seqs = options_.max_num_seqs;
@@ -318,6 +318,13 @@ bool Engine::step_once() {
             }
         const model::ForwardBatch batch = build_forward_batch(plans);
         runner_.forward(batch);
+        for (const auto& proposer : proposers_)  // EAGLE-3 reads the target's hidden states of this step
+            if (proposer && proposer->observes_forwards()) {
+                std::vector<uint64_t> uids;
+                for (const StepPlan& plan : plans)
+                    for (const ScheduledChunk& c : plan.chunks) uids.push_back(c.seq->uid);
+                proposer->observe_forward(batch, uids, runner_);
+            }
         std::vector<SamplingParams> params;
         std::vector<SamplingState> states;
         build_sampling_rows(plans, params, states);

@@ -31,6 +31,7 @@
 
 namespace osprey::model {
 class ModelRunner;
+struct ForwardBatch;
 }
 
 namespace osprey::engine {
@@ -91,6 +92,15 @@ public:
     }
     // The sequence finished or was preempted: forget its state.
     virtual void forget(uint64_t seq_uid) { (void)seq_uid; }
+    // EAGLE-3: a proposer that reads the target's hidden states sees every target forward, with the
+    // sequence id of each slice (0: not a sequence of its), right after ModelRunner::forward.
+    virtual bool observes_forwards() const { return false; }
+    virtual void observe_forward(const model::ForwardBatch& batch, std::span<const uint64_t> slice_seq_uids,
+                                 model::ModelRunner& target) {
+        (void)batch;
+        (void)slice_seq_uids;
+        (void)target;
+    }
 };
 
 // n-gram lookup over `tokens` (the proposal: up to max_tokens tokens). Exposed for tests.

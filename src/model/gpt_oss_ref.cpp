@@ -269,11 +269,27 @@ void CpuReference::forward(const ForwardBatch& batch) {
             x_[t * c.d_model + j] = bf16_to_float(embedding[size_t(batch.tokens[t]) * c.d_model + j]);
     dump("embedding", -1, x_);
 
+    const size_t n_cap = capture_layers_.size();
+    captured_.assign(T * n_cap * c.d_model, 0.0f);
     for (int layer = 0; layer < c.n_layers; ++layer) {
         attention_block(layer, step);
         moe_block(layer, step);
+        // EAGLE-3: the residual stream after this block, for every token
+        for (size_t j = 0; j < n_cap; ++j)
+            if (capture_layers_[j] == layer)
+                for (size_t t = 0; t < T; ++t)
+                    std::copy_n(x_.begin() + ptrdiff_t(t * c.d_model), c.d_model,
+                                captured_.begin() + ptrdiff_t((t * n_cap + j) * c.d_model));
     }
     unembed(step);
+}
+
+void CpuReference::set_capture_layers(std::span<const int> layers) {
+    for (int l : layers)
+        OSPREY_CHECK(l >= 0 && l < config_.n_layers, "cpu-reference: capture layer ", l, " outside [0, ",
+                     config_.n_layers, ")");
+    capture_layers_.assign(layers.begin(), layers.end());
+    captured_.clear();
 }
 
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b. A tensor-parallel

@@ -71,6 +71,9 @@ public:
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
 
+    void set_capture_layers(std::span<const int> layers) override;
+    void captured_to_host(std::vector<float>& out) override { out = captured_; }
+
     // Every forward() reports its intermediates to `fn` (empty: none). For layer-by-layer comparisons.
     void set_dump(DumpFn fn) { dump_ = std::move(fn); }
 
@@ -139,6 +142,8 @@ private:
     size_t dp_first_ = 0;
     std::vector<float> xn_all_, moe_all_;
     int n_logit_rows_ = 0;
+    std::vector<int> capture_layers_;  // EAGLE-3: layers whose output is kept per token
+    std::vector<float> captured_;      // [n_tokens, capture_layers_.size() * d_model]
 };
 
 }  // namespace osprey::model

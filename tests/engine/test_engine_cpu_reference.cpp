@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <random>
 
+#include "backends/eagle3_proposer.h"
 #include "engine/engine.h"
+#include "model/eagle3.h"
 #include "engine_test_util.h"
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
@@ -246,7 +248,8 @@ TEST(engine_cpu_reference, batch_invariance_with_chunks_prefix_hits_and_preempti
 // proposes exactly what the target decodes, and a draft with other weights, which is mostly
 // wrong), several requests batched so that each sequence accepts a different number per step. The
 // ring rollback is checked by the window being shorter than the outputs (16 positions): a lost
-// ring row would change the tokens.
+// ring row would change the tokens. An EAGLE-3 head (synthetic, in the published layout) reads the
+// target's hidden states of three layers through the same path.
 TEST(engine_cpu_reference, speculative_output_equals_plain_decoding) {
     // Another checkpoint for the mismatched draft.
     const std::filesystem::path other_dir =
@@ -275,6 +278,10 @@ TEST(engine_cpu_reference, speculative_output_equals_plain_decoding) {
         }
         rs.push_back(r);
     }
+    // An EAGLE-3 head for this model (random weights: it proposes, the target mostly refuses).
+    const std::filesystem::path head_dir = other_dir / "eagle3";
+    model::write_synthetic_eagle3(small_config(), head_dir, 9);
+    const model::Weights target_weights = model::Weights::load(checkpoint().dir);
     auto run = [&](const SpeculativeOptions& spec, EngineStats* stats) {
         auto target = checkpoint().runner();
         EngineOptions o;
@@ -282,6 +289,8 @@ TEST(engine_cpu_reference, speculative_output_equals_plain_decoding) {
         o.max_kv_tokens = 1024;
         o.check_invariants = true;
         o.speculative = spec;
+        if (spec.method == SpecMethod::eagle3)
+            o.speculative.custom = backends::make_eagle3_proposer(head_dir, *target, &target_weights.embedding);
         Engine engine(*target, o);
         std::vector<std::shared_ptr<RequestStream>> streams;
         for (const Request& r : rs) streams.push_back(engine.submit(r));
@@ -302,11 +311,13 @@ TEST(engine_cpu_reference, speculative_output_equals_plain_decoding) {
         model::ModelRunner* draft;
     };
     for (const Case& c : {Case{"ngram", SpecMethod::ngram, nullptr}, Case{"draft-same", SpecMethod::draft, same_draft.get()},
-                          Case{"draft-other", SpecMethod::draft, other_draft.get()}}) {
+                          Case{"draft-other", SpecMethod::draft, other_draft.get()},
+                          Case{"eagle3", SpecMethod::eagle3, nullptr}}) {
         SpeculativeOptions spec;
         spec.method = c.method;
         spec.num_tokens = 3;
         spec.draft_runner = c.draft;
+        spec.eagle3_dir = head_dir.string();
         EngineStats st;
         const auto got = run(spec, &st);
         for (size_t i = 0; i < rs.size(); ++i) {

@@ -329,6 +329,25 @@ void CudaRunner::forward(const ForwardBatch& batch) {
         }
     }
     n_logit_rows_ = step.n_logit_rows;
+    n_tokens_ = step.n_tokens;
+}
+
+void CudaRunner::set_capture_layers(std::span<const int> layers) {
+    for (int l : layers)
+        OSPREY_CHECK(l >= 0 && l < config_.n_layers - 1, "cuda runner: capture layer ", l, " outside [0, ",
+                     config_.n_layers - 1, ") (the last block's output is not kept)");
+    stream_.sync();
+    graphs_.clear();  // captured graphs lack (or have) the copies
+    capture_layers_.assign(layers.begin(), layers.end());
+    if (!layers.empty())
+        captured_ = cuda::DeviceBuffer<float>(size_t(options_.max_tokens) * layers.size() * size_t(config_.d_model));
+}
+
+void CudaRunner::captured_to_host(std::vector<float>& out) {
+    out.resize(size_t(n_tokens_) * capture_layers_.size() * size_t(config_.d_model));
+    if (out.empty()) return;
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), captured_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    stream_.sync();
 }
 
 void CudaRunner::set_profile(bool on) {
@@ -376,6 +395,13 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                   stream_);
     mark("attn_norm");
     if (layer > 0) dump("resid_mlp", layer - 1, a.x, T, c.d_model, false);
+    // EAGLE-3: x now holds the residual stream after block layer - 1
+    for (size_t j = 0; j < capture_layers_.size(); ++j)
+        if (capture_layers_[j] == layer - 1) {
+            const size_t width = size_t(c.d_model) * sizeof(float);
+            CUDA_CHECK(cudaMemcpy2DAsync(captured_.get() + j * size_t(c.d_model), width * capture_layers_.size(), a.x,
+                                         width, width, size_t(T), cudaMemcpyDeviceToDevice, stream_));
+        }
     dump("attn_norm", layer, a.h, T, c.d_model, true);
     // qkv = h · Wqkvᵀ + b (q, k, v weights concatenated: one GEMM)      [T, q_dim + 2 kv_dim]
     blas_->linear({.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,
