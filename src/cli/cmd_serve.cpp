@@ -189,8 +189,12 @@ int run_serve(const std::vector<std::string>& argv) {
     const std::string backend = cli::backend_flag(args);
     const model::ParallelLayout layout = cli::layout_flags(args);
 
-    cli::SpeculativeSetup spec = cli::speculative_flags(
-        args, {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads, .max_logit_rows = 256});
+    // A draft model decodes every running sequence in one forward: a logit row and a slice each.
+    cli::SpeculativeSetup spec = cli::speculative_flags(args, {.backend = backend,
+                                                               .fall_back_to_cpu = true,
+                                                               .cpu_threads = threads,
+                                                               .max_logit_rows = std::max(256, eo.max_num_seqs),
+                                                               .max_slices = std::max(256, eo.max_num_seqs + 1)});
     eo.speculative = spec.options;
 
     // The model and its tokenizer.

@@ -8,10 +8,14 @@
 
 #include <thread>
 
+#include "backends/eagle3_proposer.h"
 #include "core/json.h"
 #include "engine/engine.h"
+#include "model/eagle3.h"
+#include "model/gpt_oss_ref.h"
 #include "model/scripted_runner.h"
 #include "model/synthetic.h"
+#include "model/test_reference_util.h"
 #include "server/openai_server.h"
 #include "server_test_util.h"
 
@@ -27,9 +31,24 @@ struct Outcome {
 // One server (scripted backend, optional speculation) for the duration of a scope.
 class SpecServer {
 public:
+    // The scripted backend (tokens by output index, whatever the prompt).
     SpecServer(const std::string& script, engine::SpecMethod method) {
         const auto ids = test::harmony_tokenizer().encode(script, tok::Specials::allowed);
         runner_ = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
+        start(method, ids);
+    }
+    // A real model (the CPU reference on `weights`) with an EAGLE-3 head, which needs the target's
+    // hidden states; forced_len >= 0 accepts that many proposals per step (the test mode).
+    SpecServer(const model::Weights& weights, const std::filesystem::path& head, int forced_len) {
+        runner_ = std::make_unique<model::CpuReference>(weights);
+        if (!head.empty()) {
+            proposer_ = backends::make_eagle3_proposer(head, *runner_, &weights.embedding);
+            forced_len_ = forced_len;
+        }
+        start(head.empty() ? engine::SpecMethod::none : engine::SpecMethod::eagle3, {});
+    }
+
+    void start(engine::SpecMethod method, const std::vector<int32_t>& ids) {
         engine::EngineOptions eo;
         eo.max_kv_tokens = 1 << 16;
         eo.max_model_len = 8192;
@@ -39,6 +58,10 @@ public:
             // The draft "model" samples the same script: it proposes exactly what the target emits.
             draft_ = std::make_unique<model::ScriptedRunner>(model::preset_config("tiny"), ids);
             eo.speculative.draft_runner = draft_.get();
+        }
+        if (method == engine::SpecMethod::eagle3) {
+            eo.speculative.custom = proposer_;
+            eo.speculative.forced_accept_len = forced_len_;
         }
         engine_ = std::make_unique<engine::Engine>(*runner_, eo);
         engine_->start();
@@ -111,7 +134,9 @@ public:
     engine::EngineStats stats() const { return engine_->stats(); }
 
 private:
-    std::unique_ptr<model::ScriptedRunner> runner_, draft_;
+    std::unique_ptr<model::ModelRunner> runner_, draft_;
+    std::shared_ptr<engine::Proposer> proposer_;
+    int forced_len_ = -1;
     std::unique_ptr<engine::Engine> engine_;
     std::unique_ptr<OpenAiServer> api_;
     std::unique_ptr<http::HttpServer> http_;
@@ -188,6 +213,53 @@ TEST(ServerSpeculative, MultiTokenStepsStreamLikeSingleTokenOnes) {
                         label + ": tool call");
         }
     }
+}
+
+// EAGLE-3 through the server on the real tiny model. A random head is exact but almost never right,
+// so (1) without forcing, the streamed reply equals the one without speculation; (2) with the forced
+// test mode accepting all 4 proposals, every step emits 5 tokens: the stream is consistent (its
+// deltas add up to the non-streamed reply of the same server, usage and max_tokens exact).
+TEST(ServerSpeculative, Eagle3OnTheTinyModel) {
+    const model::Weights weights =
+        model::Weights::load(model::test::synthetic_checkpoint("server-spec-tiny", model::preset_config("tiny"), 3));
+    const std::filesystem::path head =
+        std::filesystem::temp_directory_path() / ("osprey-server-eagle3-" + std::to_string(::getpid()));
+    model::write_synthetic_eagle3(model::preset_config("tiny"), head, 4);
+    const std::string extra = R"(, "max_tokens": 23, "temperature": 0)";
+    Outcome plain;
+    {
+        SpecServer s(weights, {}, -1);
+        plain = s.stream_chat(extra);
+    }
+    ASSERT_EQ(plain.completion_tokens, 23);
+    {
+        SpecServer s(weights, head, -1);
+        expect_same(s.stream_chat(extra), plain, "eagle3");
+        EXPECT_GT(s.stats().n_spec_verifies, 0u);
+    }
+    {
+        SpecServer s(weights, head, 4);
+        const Outcome streamed = s.stream_chat(extra);
+        EXPECT_EQ(streamed.completion_tokens, 23) << "max_tokens is never overshot";
+        EXPECT_EQ(streamed.finish_reason, "length");
+        const engine::EngineStats st = s.stats();
+        EXPECT_EQ(st.n_spec_accepted_tokens, st.n_spec_draft_tokens) << "the forced mode accepts every proposal";
+        EXPECT_GT(st.n_spec_accepted_tokens, 2 * st.n_spec_verifies) << "several tokens per step";
+        // The same request without streaming, on the same (deterministic) server.
+        const std::string r = s.roundtrip("POST /v1/chat/completions",
+                                          R"({"model": "m", "messages": [{"role": "user", "content": "hi"}])" + extra + "}");
+        const size_t body = r.find("\r\n\r\n");
+        ASSERT_NE(body, std::string::npos);
+        const json::Value v = json::parse(r.substr(body + 4));
+        const json::Value& msg = v.at("choices").as_array()[0].at("message");
+        const json::Value* content = msg.find("content");
+        const json::Value* reasoning = msg.find("reasoning_content");
+        EXPECT_EQ(streamed.content, content && content->is_string() ? content->as_string() : "");
+        EXPECT_EQ(streamed.reasoning, reasoning && reasoning->is_string() ? reasoning->as_string() : "");
+        EXPECT_EQ(v.at("usage").at("completion_tokens").as_int(), 23);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(head, ec);
 }
 
 }  // namespace
