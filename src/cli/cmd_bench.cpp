@@ -81,8 +81,8 @@ std::vector<int> parse_int_list(const std::string& flag, const std::string& text
     std::string item;
     while (std::getline(ss, item, ',')) {
         const std::optional<long long> v = cli::parse_integer(item);
-        OSPREY_CHECK(v && *v >= lo && *v <= (1 << 24), "--", flag, ": '", item, "' is not an integer >= ", lo,
-                     " (expected a list like 1,2,4)");
+        OSPREY_CHECK(v && *v >= lo && *v <= (1 << 24), "--", flag, ": '", item, "' is not a ",
+                     lo > 0 ? "positive" : "non-negative", " integer (expected a list like 1,2,4)");
         out.push_back(int(*v));
     }
     OSPREY_CHECK(!out.empty(), "--", flag, " is empty");
