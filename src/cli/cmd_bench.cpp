@@ -1,7 +1,10 @@
 // `osprey bench`: prefill and decode benchmarks of a model backend, a load generator for an
 // OpenAI-compatible server, and charts of the results. Each run writes PREFIX.json and PREFIX.md
 // (the run's layout, model, weight format, device, commit and date, then the results).
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <random>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -16,10 +19,13 @@
 #include "benchtool/report.h"
 #include "benchtool/run_info.h"
 #include "benchtool/serve_bench.h"
+#include "backends/eagle3_proposer.h"
 #include "cli/backend.h"
 #include "cli/command.h"
 #include "core/check.h"
 #include "core/file.h"
+#include "engine/engine.h"
+#include "engine/speculative.h"
 #include "model/weights.h"
 
 namespace {
@@ -31,6 +37,8 @@ using benchtool::fixed;
 constexpr const char* kHelp =
     "usage: osprey bench prefill [common] [--lengths 1024,2048,4096,8192,16384,32768] [--repeats 5] [--warmup 1]\n"
     "       osprey bench decode  [common] [--batches 1,2,4,8,16,32,64,128] [--contexts 8192,32768]\n"
+    "                            [--speculative ngram|draft [--num-speculative-tokens K]\n"
+    "                             [--forced-accept-len 0,1,2,3,4] [--draft-model DIR] [--eagle3-model DIR]]\n"
     "                            [--steps 32] [--warmup 4] [--kv-fill prefill|copy|shared]\n"
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
@@ -50,7 +58,10 @@ constexpr const char* kHelp =
     "  million output tokens. --kv-fill prefill (default) prefills every sequence for real; copy\n"
     "  prefills one and copies its K/V into every sequence's own pages; shared prefills each context\n"
     "  once and shares its pages (see docs/benchmarks.md). Batch sizes whose KV cache does not fit\n"
-    "  are skipped and listed.\n"
+    "  are skipped and listed. With --speculative, decode runs through the engine instead: the batch\n"
+    "  without speculation, then with it at each --forced-accept-len L (a test mode accepting the first\n"
+    "  L proposals: mean accepted length L + 1 on random weights), tokens/s against accepted length\n"
+    "  (docs/speculative.md).\n"
     "serve: streamed chat completions against a running server at each concurrency (Poisson arrivals\n"
     "  at --request-rate req/s, or all at once when 0); TTFT, inter-token latency, TPOT, end-to-end\n"
     "  latency percentiles and throughput. Reasoning deltas count as generated tokens. --endpoint\n"
@@ -64,14 +75,14 @@ constexpr const char* kHelp =
     "group i mod N); a prefill is one request, run by one group. --out PREFIX writes PREFIX.json and\n"
     "PREFIX.md (default osprey-bench-<command>).\n";
 
-std::vector<int> parse_int_list(const std::string& flag, const std::string& text) {
+std::vector<int> parse_int_list(const std::string& flag, const std::string& text, int lo = 1) {
     std::vector<int> out;
     std::stringstream ss(text);
     std::string item;
     while (std::getline(ss, item, ',')) {
         const std::optional<long long> v = cli::parse_integer(item);
-        OSPREY_CHECK(v && *v >= 1 && *v <= (1 << 24), "--", flag, ": '", item,
-                     "' is not a positive integer (expected a list like 1,2,4)");
+        OSPREY_CHECK(v && *v >= lo && *v <= (1 << 24), "--", flag, ": '", item, "' is not a ",
+                     lo > 0 ? "positive" : "non-negative", " integer (expected a list like 1,2,4)");
         out.push_back(int(*v));
     }
     OSPREY_CHECK(!out.empty(), "--", flag, " is empty");
@@ -208,9 +219,140 @@ int bench_prefill(const std::vector<std::string>& argv) {
     return 0;
 }
 
+// `bench decode --speculative M`: decode through the engine (its scheduler, verify steps and
+// rollback), the same batch first without speculation, then with M at every --forced-accept-len L
+// (the test mode that accepts the first L proposals: mean accepted length L + 1 on random weights),
+// or at M's own acceptance when no L is given. Reports tokens/s against the mean accepted length.
+int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions& o) {
+    engine::SpeculativeOptions base;
+    base.method = engine::parse_spec_method(a.get("speculative"));
+    base.num_tokens = int_flag(a, "num-speculative-tokens", base.num_tokens, 1, 16);
+    base.ngram_min = int_flag(a, "ngram-min", base.ngram_min, 1, 64);
+    base.ngram_max = int_flag(a, "ngram-max", std::max(base.ngram_max, base.ngram_min), 1, 64);
+    const int k = base.num_tokens;
+    std::vector<int> lens;
+    if (a.has("forced-accept-len")) lens = parse_int_list("forced-accept-len", a.get("forced-accept-len"), 0);
+    for (int l : lens) OSPREY_CHECK(l >= 0 && l <= k, "--forced-accept-len values must be in [0, k = ", k, "]");
+    const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
+    std::optional<backends::Runner> draft;
+    Backend b = open_backend(a, "decode-speculative", std::max(o.chunk, max_batch * (1 + k)), max_batch * (1 + k));
+    if (base.method == engine::SpecMethod::draft) {
+        OSPREY_CHECK(a.has("draft-model"), "--speculative draft needs --draft-model DIR");
+        draft = backends::make_runner(model::Weights::load(a.get("draft-model")),
+                                      {.backend = b.info.backend,
+                                       .max_tokens = std::max(o.chunk, max_batch),
+                                       .max_logit_rows = max_batch,
+                                       .max_slices = max_batch + 1});
+        base.draft_runner = draft->runner.get();
+    }
+    std::optional<model::Weights> target_weights;  // an EAGLE-3 head reads the target's embedding
+    if (base.method == engine::SpecMethod::eagle3) {
+        OSPREY_CHECK(a.has("eagle3-model"), "--speculative eagle3 needs --eagle3-model DIR");
+        base.eagle3_dir = a.get("eagle3-model");
+        target_weights = model::Weights::load(cli::model_dir_flag(a));
+        base.custom = backends::make_eagle3_proposer(base.eagle3_dir, *b.runner, &target_weights->embedding);
+    }
+    base.validate();
+    print_line(str("osprey bench decode --speculative ", engine::spec_method_name(base.method), " (k = ", k, "): ",
+                   b.info.model, " on ", b.info.device));
+    const std::string prefix = out_prefix(a, "decode-speculative");
+    const int vocab = b.runner->config().vocab_size;
+    std::mt19937_64 rng(o.seed);
+    json::Array results;
+    std::vector<std::vector<std::string>> table;
+    for (int context : o.contexts)
+        for (int batch : o.batches) {
+            double base_rate = 0;
+            // -2: no speculation (the baseline); -1: the proposer's own acceptance; L >= 0: forced.
+            std::vector<int> runs = {-2};
+            if (lens.empty()) runs.push_back(-1);
+            runs.insert(runs.end(), lens.begin(), lens.end());
+            for (int run : runs) {
+                engine::EngineOptions eo;
+                eo.page_size = o.page_size;
+                eo.max_num_seqs = batch;
+                eo.max_batch_tokens = std::max(o.chunk, batch * (1 + k));
+                eo.enable_prefix_caching = false;
+                const int max_new = (o.warmup + o.steps + 2) * (k + 1) + 1;
+                eo.max_kv_tokens = int64_t(batch) * (context + max_new + 2 * o.page_size);
+                if (run != -2) {
+                    eo.speculative = base;
+                    eo.speculative.forced_accept_len = run >= 0 ? run : -1;
+                }
+                engine::Engine eng(*b.runner, eo);
+                std::vector<std::shared_ptr<engine::RequestStream>> streams;
+                for (int i = 0; i < batch; ++i) {
+                    engine::Request r;
+                    r.id = str("bench-", i);
+                    r.prompt.resize(size_t(context));
+                    for (int32_t& t : r.prompt) t = int32_t(rng() % uint64_t(vocab));
+                    r.max_new_tokens = max_new;
+                    r.sampling.temperature = 0;
+                    streams.push_back(eng.submit(std::move(r)));
+                }
+                auto drain = [&] {
+                    for (auto& st : streams)
+                        while (st->try_pop()) {
+                        }
+                };
+                while (eng.stats().n_generated_tokens < uint64_t(batch)) {  // prefills: every first token
+                    OSPREY_CHECK(eng.step(), "bench: the engine stopped before every request started");
+                    drain();
+                }
+                for (int i = 0; i < o.warmup; ++i) eng.step(), drain();
+                const engine::EngineStats s0 = eng.stats();
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int i = 0; i < o.steps; ++i) eng.step(), drain();
+                const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                const engine::EngineStats s1 = eng.stats();
+                OSPREY_CHECK(s1.n_finished == 0, "bench: a request finished during the timed steps");
+                const double tokens = double(s1.n_generated_tokens - s0.n_generated_tokens);
+                const double verifies = double(s1.n_spec_verifies - s0.n_spec_verifies);
+                const double accepted = double(s1.n_spec_accepted_tokens - s0.n_spec_accepted_tokens);
+                const double mean_len = verifies > 0 ? (verifies + accepted) / verifies : 1.0;
+                const double rate = tokens / sec;
+                if (run == -2) base_rate = rate;
+                const std::string mode = run == -2 ? "off" : run == -1 ? "proposer" : str("forced L=", run);
+                print_line(str("context ", context, " batch ", batch, " ", mode, ": mean accepted length ",
+                               fixed(mean_len, 2), ", ", fixed(rate, 1), " tokens/s (", fixed(rate / batch, 1),
+                               " per user), step ", fixed(sec / o.steps * 1e3, 3), " ms, ",
+                               fixed(rate / base_rate, 3), "x"));
+                json::Value row = json::Object{};
+                row.set("context", context);
+                row.set("batch", batch);
+                row.set("mode", mode);
+                row.set("forced_accept_len", run);
+                row.set("mean_accepted_length", mean_len);
+                row.set("tokens_per_s", rate);
+                row.set("tokens_per_s_per_user", rate / batch);
+                row.set("step_ms", sec / o.steps * 1e3);
+                row.set("speedup", rate / base_rate);
+                results.push_back(std::move(row));
+                table.push_back({std::to_string(context), std::to_string(batch), mode, fixed(mean_len, 2),
+                                 fixed(sec / o.steps * 1e3, 3), fixed(rate / batch, 1), fixed(rate, 1),
+                                 fixed(rate / base_rate, 3)});
+            }
+        }
+    json::Value settings = json::Object{};
+    settings.set("speculative", engine::spec_method_name(base.method));
+    settings.set("num_speculative_tokens", k);
+    settings.set("steps", o.steps);
+    settings.set("warmup", o.warmup);
+    const std::string md =
+        str("# osprey bench decode --speculative ", engine::spec_method_name(base.method), "\n\n",
+            benchtool::markdown_run_info(b.info), "- settings: k = ", k, ", ", o.steps, " timed engine steps after ",
+            o.warmup, " warm-up; random prompts, greedy; forced L accepts the first L proposals (test mode)\n\n",
+            benchtool::markdown_table({"context", "batch", "mode", "mean accepted length", "step (ms)",
+                                       "tokens/s per user", "total tokens/s", "vs off"},
+                                      table));
+    write_outputs(prefix, benchtool::make_report(b.info, std::move(settings), std::move(results)), md);
+    return 0;
+}
+
 int bench_decode(const std::vector<std::string>& argv) {
     std::vector<std::string> flags = kModelFlags;
-    flags.insert(flags.end(), {"batches", "contexts", "steps", "kv-fill"});
+    flags.insert(flags.end(), {"batches", "contexts", "steps", "kv-fill", "speculative", "num-speculative-tokens",
+                               "ngram-min", "ngram-max", "draft-model", "eagle3-model", "forced-accept-len"});
     const cli::Args a(argv, flags);
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::DecodeOptions o;
@@ -222,6 +364,7 @@ int bench_decode(const std::vector<std::string>& argv) {
     o.page_size = cli::page_size_flag(a, o.page_size);
     o.fill = benchtool::parse_kv_fill(a.get("kv-fill", "prefill"));
     o.seed = uint64_t(a.get_int("seed", 1));
+    if (a.has("speculative")) return bench_decode_speculative(a, o);
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     const std::string prefix = out_prefix(a, "decode");
     Backend b = open_backend(a, "decode", std::max(o.chunk, max_batch), max_batch);

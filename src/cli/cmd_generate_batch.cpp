@@ -31,6 +31,11 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     OSPREY_CHECK(n_samples >= 1 && n_samples <= 128, "--n must be in [1, 128], got ", n_samples);
     o.max_num_seqs = int(args.get_int("max-num-seqs", std::min<long long>(n * n_samples, 256)));
 
+    const std::string backend = runner.name().rfind("cuda", 0) == 0 ? "cuda" : "cpu";
+    SpeculativeSetup spec = speculative_flags(args, {.backend = backend, .max_logit_rows = 256});
+    if (spec.options.method == engine::SpecMethod::eagle3) attach_eagle3(spec, runner, model_dir_flag(args));
+    o.speculative = spec.options;
+
     engine::Engine eng(runner, o);
     const engine::KvPlan& kv = eng.kv_plan();
     std::printf(
@@ -109,6 +114,12 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
         (unsigned long long)st.n_steps, (unsigned long long)st.n_prefill_tokens,
         (unsigned long long)st.n_prefix_hit_tokens, (unsigned long long)st.n_forked_tokens,
         (unsigned long long)st.n_preemptions);
+    if (o.speculative.enabled() && st.n_spec_verifies > 0)
+        std::printf("speculative (%s): %llu verifies, %llu proposed, %llu accepted (%.1f%%), mean accepted length %.3f\n",
+                    st.spec_method.c_str(), (unsigned long long)st.n_spec_verifies,
+                    (unsigned long long)st.n_spec_draft_tokens, (unsigned long long)st.n_spec_accepted_tokens,
+                    100.0 * double(st.n_spec_accepted_tokens) / double(std::max<uint64_t>(1, st.n_spec_draft_tokens)),
+                    double(st.n_spec_verifies + st.n_spec_accepted_tokens) / double(st.n_spec_verifies));
     return n_errors == 0 ? 0 : 1;
 }
 

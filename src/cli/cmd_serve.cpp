@@ -16,6 +16,7 @@
 
 #include "cli/backend.h"
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "core/check.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -40,6 +41,7 @@ constexpr const char* kHelp =
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
     "                    [--tp N] [--ep N] [--dp N] [--allowed-origins LIST] [--shutdown-timeout S]\n"
+    "                    [--speculative ngram|draft|eagle3 ...]\n"
     "                    [--ssl-certfile FILE --ssl-keyfile FILE] [connection limits, below]\n"
     "\n"
     "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions, /v1/responses\n"
@@ -77,6 +79,7 @@ constexpr const char* kHelp =
     "                         $OSPREY_TIKTOKEN_FILE or ~/.cache/osprey/o200k_base.tiktoken)\n"
     "  --max-body-bytes N     largest request body accepted (default 33554432)\n"
     "  --default-max-tokens N output limit of requests that set none (default: the rest of the context)\n"
+    "%s"
     "  --ssl-certfile FILE    serve HTTPS: PEM certificate chain (with --ssl-keyfile)\n"
     "  --ssl-keyfile FILE     the certificate's PEM private key\n"
     "\n"
@@ -167,8 +170,7 @@ int run_serve(const std::vector<std::string>& given) {
     std::vector<std::string> argv = given;
     const std::vector<std::string> model_names = take_list_flag(argv, "served-model-name");
     const std::vector<std::string> origins = take_list_flag(argv, "allowed-origins");
-    const cli::Args args(argv,
-                         {"model",
+    std::vector<std::string> value_flags = {"model",
                           "host",
                           "port",
                           "api-key",
@@ -197,10 +199,11 @@ int run_serve(const std::vector<std::string>& given) {
                           "max-output-bytes",
                           "tp",
                           "ep",
-                          "dp"},
-                         {"help", "no-prefix-caching"});
+                          "dp"};
+    for (const std::string& f : cli::speculative_flag_names()) value_flags.push_back(f);
+    const cli::Args args(argv, value_flags, {"help", "no-prefix-caching"});
     if (args.has("help")) {
-        std::fputs(kHelp, stdout);
+        std::printf(kHelp, cli::kSpeculativeHelp);
         return 0;
     }
     OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
@@ -277,6 +280,14 @@ int run_serve(const std::vector<std::string>& given) {
     ho.error_response = server::OpenAiServer::transport_error;
     http::HttpServer http(ho, [&api](const http::HttpRequest& r) { return api->handle(r); });
 
+    // A draft model decodes every running sequence in one forward: a logit row and a slice each.
+    cli::SpeculativeSetup spec = cli::speculative_flags(args, {.backend = backend,
+                                                               .fall_back_to_cpu = true,
+                                                               .cpu_threads = threads,
+                                                               .max_logit_rows = std::max(256, eo.max_num_seqs),
+                                                               .max_slices = std::max(256, eo.max_num_seqs + 1)});
+    eo.speculative = spec.options;
+
     // The model and its tokenizer.
     const char* script = std::getenv("OSPREY_TEST_SCRIPT");
     const bool scripted = script && *script;
@@ -319,13 +330,21 @@ int run_serve(const std::vector<std::string>& given) {
         loaded =
             str(fs::absolute(dir).lexically_normal().string(), " (", c.n_layers, " layers, d_model ", c.d_model, ", ",
                 c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights.total_bytes() / (1 << 20), " MiB)");
-        made = backends::make_runner(
-            std::move(weights),
-            {.backend = backend, .fall_back_to_cpu = true, .cpu_threads = threads, .layout = layout});
+        // A speculative verify asks for 1 + k logit rows per sequence.
+        const int logit_rows = spec.options.enabled() ? std::max(256, eo.max_num_seqs * (1 + spec.options.num_tokens)) : 0;
+        made = backends::make_runner(std::move(weights), {.backend = backend,
+                                                          .fall_back_to_cpu = true,
+                                                          .cpu_threads = threads,
+                                                          .max_logit_rows = logit_rows,
+                                                          .layout = layout});
         runner = std::move(made.runner);
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         so.model_name = name.empty() ? "osprey" : name;
         so.model_path = fs::absolute(dir).lexically_normal().string();
+    }
+    if (!scripted) {
+        cli::attach_eagle3(spec, *runner, dir);
+        eo.speculative = spec.options;
     }
     if (!model_names.empty()) {
         so.model_name = model_names[0];
@@ -365,6 +384,9 @@ int run_serve(const std::vector<std::string>& given) {
     std::printf("  KV cache: %lld tokens (%d pages of %d), max %d sequences, max_model_len %d\n",
                 static_cast<long long>(stats.kv_capacity_tokens), stats.n_pages, stats.page_size, eo.max_num_seqs,
                 engine.max_model_len());
+    if (eo.speculative.enabled())
+        std::printf("  speculative decoding: %s, k = %d%s\n", stats.spec_method.c_str(), eo.speculative.num_tokens,
+                    eo.speculative.forced() ? " (FORCED ACCEPTANCE: test mode, output is not the model's)" : "");
     std::printf("  API key %s; started in %.2f s\n", so.api_key.empty() ? "off" : "required", startup);
     const std::string shown_host = ho.host.find(':') != std::string::npos ? "[" + ho.host + "]" : ho.host;
     std::printf("  listening on %s://%s:%d  (chat page at /, API under /v1)\n", http.tls() ? "https" : "http",

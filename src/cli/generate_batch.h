@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/command.h"
+#include "cli/speculative_flags.h"
 #include "model/runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -14,7 +15,8 @@ namespace osprey::cli {
 
 // Flags this adds to `osprey generate` (value flags).
 inline const std::vector<std::string>& generate_batch_flags() {
-    static const std::vector<std::string> flags = {"batch",
+    static const std::vector<std::string> flags = [] {
+        std::vector<std::string> f = {"batch",
                                                    "kv-memory-fraction",
                                                    "max-batch-tokens",
                                                    "max-num-seqs",
@@ -24,6 +26,9 @@ inline const std::vector<std::string>& generate_batch_flags() {
                                                    "prefix-cache",
                                                    "prompts",
                                                    "n"};
+        f.insert(f.end(), speculative_flag_names().begin(), speculative_flag_names().end());
+        return f;
+    }();
     return flags;
 }
 
@@ -32,7 +37,7 @@ inline const std::vector<std::string>& generate_batch_flags() {
 // --prompts distinct shifts every token of request i's prompt by i instead, so nothing is shared.
 // --prefix-cache on|off switches the engine's prefix cache. --n S asks S samples per request (they
 // fork from the first sample's prompt state). Greedy unless --temperature. Besides the
-// overall rate it prints the decode rate: tokens generated after every request had its first token,
+// overall rate it prints the decode rate (and, with --speculative, the acceptance counts): tokens generated after every request had its first token,
 // over the time since then.
 int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt, int max_tokens,
                        bool stop_at_eos, const tok::Tokenizer* tokenizer);

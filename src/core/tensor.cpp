@@ -14,6 +14,7 @@ const char* dtype_name(DType t) {
         case DType::i64: return "I64";
         case DType::f64: return "F64";
         case DType::fp8_e4m3: return "F8_E4M3";
+        case DType::boolean: return "BOOL";
     }
     return "?";
 }
@@ -28,6 +29,7 @@ size_t dtype_size(DType t) {
         case DType::f64: return 8;
         case DType::u8:
         case DType::fp8_e4m3: return 1;
+        case DType::boolean: return 1;
     }
     return 0;
 }

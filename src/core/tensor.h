@@ -7,7 +7,7 @@
 
 namespace osprey {
 
-enum class DType : uint8_t { bf16, f16, f32, u8, i32, i64, f64, fp8_e4m3 };
+enum class DType : uint8_t { bf16, f16, f32, u8, i32, i64, f64, fp8_e4m3, boolean };  // boolean: one byte (BOOL)
 
 const char* dtype_name(DType t);  // safetensors spelling: "BF16", "F32", "U8", ...
 size_t dtype_size(DType t);

@@ -44,6 +44,7 @@ model::ForwardBatch build_forward_batch(std::span<const StepPlan> plans) {
             s.window_first = c.window_first;
             s.pages = c.seq->pages;
             s.want_logits = c.want_logits;
+            s.n_logits = 1 + c.n_draft;
             s.dp_group = plan.dp_group;
             // Prompt scoring: each prompt position's successor, up to the last prompt token (whose
             // successor is sampled, not scored).
@@ -53,8 +54,10 @@ model::ForwardBatch build_forward_batch(std::span<const StepPlan> plans) {
                 for (int i = 0; i < c.n_tokens && c.start_pos + i + 1 < c.seq->n_prompt(); ++i)
                     s.score_targets[size_t(i)] = c.seq->tokens[size_t(c.start_pos + i + 1)];
             }
+            const int n_known = c.n_tokens - c.n_draft;  // the rest is the proposal
             batch.tokens.insert(batch.tokens.end(), c.seq->tokens.begin() + c.start_pos,
-                                c.seq->tokens.begin() + c.start_pos + c.n_tokens);
+                                c.seq->tokens.begin() + c.start_pos + n_known);
+            batch.tokens.insert(batch.tokens.end(), c.seq->draft.begin(), c.seq->draft.begin() + c.n_draft);
             batch.slices.push_back(std::move(s));
         }
     return batch;
@@ -73,17 +76,22 @@ void build_sampling_rows(std::span<const StepPlan> plans, std::vector<SamplingPa
         for (const ScheduledChunk& c : plan.chunks) {
             if (!c.want_logits) continue;
             const Sequence& seq = *c.seq;
-            params.push_back(seq.params);
-            // min_tokens: the stop tokens cannot be drawn yet (a bias no logit survives).
-            if (seq.n_output() < seq.request->min_tokens)
-                for (int32_t t : seq.request->stop_token_ids) params.back().logit_bias.emplace_back(t, -1e30f);
-            SamplingState st;
-            st.prompt_tokens = seq.tokens.data();
-            st.n_prompt_tokens = seq.n_prompt();
-            st.output_tokens = seq.tokens.data() + seq.n_prompt();
-            st.n_output_tokens = seq.n_output();
-            st.step = uint64_t(seq.n_output());
-            states.push_back(st);
+            // A verify chunk's row i samples the token after draft[0, i): its penalties see the
+            // proposal as output, and it draws with that token's own output index (speculative.h).
+            const int32_t* history = c.n_draft > 0 ? seq.verify_tokens.data() : seq.tokens.data();
+            for (int i = 0; i <= c.n_draft; ++i) {
+                params.push_back(seq.params);
+                // min_tokens: the stop tokens cannot be drawn yet (a bias no logit survives).
+                if (seq.n_output() + i < seq.request->min_tokens)
+                    for (int32_t t : seq.request->stop_token_ids) params.back().logit_bias.emplace_back(t, -1e30f);
+                SamplingState st;
+                st.prompt_tokens = history;
+                st.n_prompt_tokens = seq.n_prompt();
+                st.output_tokens = history + seq.n_prompt();
+                st.n_output_tokens = seq.n_output() + i;
+                st.step = uint64_t(seq.n_output() + i);
+                states.push_back(st);
+            }
         }
 }
 

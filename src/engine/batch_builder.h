@@ -15,7 +15,7 @@ namespace osprey::engine {
 model::ForwardBatch build_forward_batch(std::span<const StepPlan> plans);
 model::ForwardBatch build_forward_batch(const StepPlan& plan);
 
-// One row per chunk with want_logits, in chunk order (plan after plan). The states point into the
+// One row per chunk with want_logits (1 + n_draft for a speculative verify), in chunk order (plan after plan). The states point into the
 // sequences' token vectors, valid until the plans are committed.
 void build_sampling_rows(std::span<const StepPlan> plans, std::vector<SamplingParams>& params,
                          std::vector<SamplingState>& states);

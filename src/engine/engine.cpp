@@ -28,8 +28,12 @@ KvPlan plan_kv_cache(const model::ModelRunner& runner, const EngineOptions& o) {
     OSPREY_CHECK(o.max_num_seqs > 0, "max_num_seqs must be positive, got ", o.max_num_seqs);
     OSPREY_CHECK(o.window_snapshots >= 0 && o.window_snapshots <= 4096, "window_snapshots must be in [0, 4096], got ",
                  o.window_snapshots);
+    o.speculative.validate();
     KvPlan plan;
     plan.layout.spec = runner.kv_spec(o.page_size);
+    // A speculative verify writes 1 + k positions a rollback may take back: k spare ring rows keep
+    // the rows the rolled-back sequence still needs (engine/speculative.h).
+    if (o.speculative.enabled()) plan.layout.spec = plan.layout.spec.with_ring_slack(o.speculative.num_tokens);
     const model::KvSpec& spec = plan.layout.spec;
     plan.n_snapshot_slots = o.enable_prefix_caching ? o.window_snapshots : 0;
     OSPREY_CHECK(spec.bytes_per_page() > 0, "the KV spec gives 0 bytes per page");
@@ -95,7 +99,25 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
                                                        options_.max_num_seqs, options_.enable_prefix_caching,
                                                        kv_plan_.n_snapshot_slots));
         schedulers_.push_back(std::make_unique<Scheduler>(so, *kv_.back()));
+        if (options_.speculative.enabled()) {
+            const model::ModelRunner* draft = options_.speculative.draft_runner;
+            OSPREY_CHECK(options_.speculative.method != SpecMethod::draft || options_.speculative.custom ||
+                             (draft && draft->config().vocab_size == c.vocab_size),
+                         "the draft model's vocabulary (", draft ? draft->config().vocab_size : 0,
+                         ") differs from the target's (", c.vocab_size, ")");
+            OSPREY_CHECK(n_groups == 1 || (options_.speculative.method == SpecMethod::ngram && !options_.speculative.custom),
+                         "speculative decoding with data parallelism supports ngram only");
+            SpeculativeOptions so = options_.speculative;
+            so.draft_max_seqs = options_.max_num_seqs;
+            proposers_.push_back(make_proposer(so));
+            schedulers_.back()->set_speculation(proposers_.back().get(), options_.speculative, max_model_len_);
+            stats_.spec_method = proposers_.back()->name();
+        }
     }
+    if (options_.speculative.enabled())
+        log::info("engine: speculative decoding with ", stats_.spec_method, ", up to ", options_.speculative.num_tokens,
+                  " proposed tokens per sequence and step",
+                  options_.speculative.forced() ? " (forced-acceptance test mode: output is not the model's)" : "");
     stats_.n_pages = kv_plan_.layout.n_pages * n_groups;
     stats_.n_free_pages = stats_.n_pages;
     stats_.page_size = options_.page_size;
@@ -240,6 +262,7 @@ void Engine::update_stats() {
     s.n_waiting = s.n_running = s.n_paused = s.n_free_pages = s.n_cached_pages = 0;
     s.n_prefill_tokens = s.n_decode_tokens = s.n_prefix_hit_tokens = s.n_forked_tokens = 0;
     s.n_window_restores = s.n_preemptions = s.n_finished = s.n_generated_tokens = 0;
+    s.n_spec_verifies = s.n_spec_draft_tokens = s.n_spec_accepted_tokens = 0;
     for (size_t g = 0; g < schedulers_.size(); ++g) {
         const Scheduler& sc = *schedulers_[g];
         const SchedulerCounters& k = sc.counters();
@@ -256,6 +279,9 @@ void Engine::update_stats() {
         s.n_preemptions += k.n_preemptions;
         s.n_finished += k.n_finished;
         s.n_generated_tokens += k.n_generated_tokens;
+        s.n_spec_verifies += k.n_spec_verifies;
+        s.n_spec_draft_tokens += k.n_spec_draft_tokens;
+        s.n_spec_accepted_tokens += k.n_spec_accepted_tokens;
     }
     s.n_steps = n_steps_;
 }
@@ -269,7 +295,7 @@ void Engine::constrain_rows(std::span<const StepPlan> plans, std::vector<Samplin
             Sequence& seq = *c.seq;
             if (seq.request->constraint && !seq.constraint) seq.constraint = seq.request->constraint->clone();
             if (seq.constraint) constrained_.push_back({row, &seq});
-            ++row;
+            row += size_t(1 + c.n_draft);  // a verify chunk has a row per proposed token (never constrained)
         }
     if (constrained_.empty()) return;
     const size_t words = size_t(runner_.config().vocab_size + 31) / 32;
@@ -349,6 +375,13 @@ bool Engine::step_once() {
             runner_.take_prompt_scores(scores);
             store_prompt_scores(plans, scores);
         }
+        for (const auto& proposer : proposers_)  // EAGLE-3 reads the target's hidden states of this step
+            if (proposer && proposer->observes_forwards()) {
+                std::vector<uint64_t> uids;
+                for (const StepPlan& plan : plans)
+                    for (const ScheduledChunk& c : plan.chunks) uids.push_back(c.seq->uid);
+                proposer->observe_forward(batch, uids, runner_);
+            }
         std::vector<SamplingParams> params;
         std::vector<SamplingState> states;
         build_sampling_rows(plans, params, states);

@@ -27,6 +27,7 @@
 #include "engine/request_limits.h"
 #include "engine/request_stream.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "model/runner.h"
 
 namespace osprey::engine {
@@ -49,6 +50,9 @@ struct EngineOptions {
     // A request paused by its consumer (RequestStream::set_paused: the client does not read) longer
     // than this is preempted: its pages and batch slot go to others until it is unpaused.
     double paused_release_s = 5.0;
+    // Speculative decoding (engine/speculative.h, docs/speculative.md); method none: off. The rings
+    // get num_tokens spare rows for the rollback.
+    SpeculativeOptions speculative;
 };
 
 // With data parallelism (ModelRunner::dp_groups() > 1) the cache options hold per group: every
@@ -76,6 +80,12 @@ struct EngineStats {
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;  // samples finished, any reason
     uint64_t n_generated_tokens = 0;
+    // Speculative decoding (all zero when off): the proposer's name ("ngram", "draft", ...), verify
+    // chunks, tokens proposed in them and proposals accepted.
+    std::string spec_method;
+    uint64_t n_spec_verifies = 0;
+    uint64_t n_spec_draft_tokens = 0;
+    uint64_t n_spec_accepted_tokens = 0;
 };
 
 // How the KV budget was split; logged at start-up. Sizes come from layout.spec (model/kv_spec.h).
@@ -142,6 +152,7 @@ private:
     // One per data-parallel group; touched only by the stepping thread (under step_mu_).
     std::vector<std::unique_ptr<KvCacheManager>> kv_;
     std::vector<std::unique_ptr<Scheduler>> schedulers_;
+    std::vector<std::shared_ptr<Proposer>> proposers_;  // one per group (null: no speculation)
     std::mutex step_mu_;
     std::vector<std::shared_ptr<RequestStream>> active_;  // streams with unfinished samples (stepping thread)
     std::vector<std::pair<size_t, Sequence*>> constrained_;  // this step's constrained (row, sequence)

@@ -128,6 +128,8 @@ void Scheduler::sort_queues() {
 }
 
 void Scheduler::preempt(Sequence* seq) {
+    if (proposer_) proposer_->forget(seq->uid);
+    seq->draft.clear();
     kv_.release_pages(seq->pages);
     seq->page_keys.clear();
     kv_.release_slot(seq->window_slot);
@@ -142,17 +144,55 @@ void Scheduler::preempt(Sequence* seq) {
     waiting_.push_back(seq);
 }
 
-void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens) {
+void Scheduler::set_speculation(Proposer* proposer, const SpeculativeOptions& options, int max_position) {
+    options.validate();
+    proposer_ = options.enabled() ? proposer : nullptr;
+    spec_ = options;
+    max_position_ = max_position;
+}
+
+void Scheduler::propose(const std::vector<Sequence*>& decodes) {
+    std::vector<DraftRequest> requests;
+    requests.reserve(decodes.size());
+    for (Sequence* seq : decodes) {
+        seq->draft.clear();
+        // Structured output advances its automaton one sampled token at a time: no proposals.
+        if (seq->request->constraint) continue;
+        // Never past max_new_tokens (a verify emits up to k + 1 tokens) or the model's positions.
+        const int room = std::min(seq->request->max_new_tokens - seq->n_output() - 1,
+                                  max_position_ - seq->n_tokens() - 1);
+        const int k = std::min(spec_.num_tokens, room);
+        if (k <= 0) continue;
+        DraftRequest r;
+        r.seq_uid = seq->uid;
+        r.tokens = seq->tokens;
+        r.n_prompt = seq->n_prompt();
+        r.max_tokens = k;
+        r.out = &seq->draft;
+        requests.push_back(r);
+    }
+    if (requests.empty()) return;
+    proposer_->propose(requests);
+    for (const DraftRequest& r : requests) {
+        std::vector<int32_t>& d = *r.out;
+        if (int(d.size()) > r.max_tokens) d.resize(size_t(r.max_tokens));
+        // The forced-acceptance test modes measure k proposals whatever the proposer found.
+        if (spec_.forced()) d.resize(size_t(r.max_tokens), r.tokens.back());
+    }
+}
+
+void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens, int n_draft) {
     ScheduledChunk c;
     c.seq = seq;
     c.start_pos = seq->n_computed;
     c.n_tokens = n_tokens;
+    c.n_draft = n_draft;
     c.n_full_kv_cached = std::clamp(seq->n_full_cached - seq->n_computed, 0, n_tokens);
     const RingSpan ring = kv_.ring(seq->window_slot);
     OSPREY_CHECK(ring.end == c.start_pos, "sequence ", seq->uid, " continues at ", c.start_pos, " but its ring holds [",
                  ring.first, ", ", ring.end, ")");
     c.window_first = ring.first;
-    c.want_logits = c.start_pos + n_tokens == seq->n_tokens();
+    c.want_logits = c.start_pos + n_tokens - n_draft == seq->n_tokens();
     plan.chunks.push_back(c);
 }
 
@@ -206,18 +246,42 @@ StepPlan Scheduler::schedule() {
 
     // 1. One decode token for every running sequence that has finished its prefill.
     const std::vector<Sequence*> ranked = running_;
+    auto is_decode = [&](const Sequence* seq) {
+        return seq->status == SeqStatus::running && seq->n_tokens() - seq->n_computed == 1 && !is_paused(seq);
+    };
+    if (proposer_) {  // proposals for every decode (a speculative verify; no replay in flight)
+        std::vector<Sequence*> decodes;
+        for (Sequence* seq : ranked) {
+            seq->draft.clear();
+            if (is_decode(seq) && seq->n_full_cached <= seq->n_computed && seq->n_output() >= 1) decodes.push_back(seq);
+        }
+        propose(decodes);
+    }
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
-        if (seq->status != SeqStatus::running || seq->n_tokens() - seq->n_computed != 1 || is_paused(seq)) continue;
+        if (!is_decode(seq)) continue;
         const int need = pages_for(seq->n_computed + 1) - int(seq->pages.size());
         if (!make_room(seq, need)) {
+            seq->draft.clear();
             preempt_self(seq);
             continue;
         }
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
-        add_chunk(plan, seq, 1);
+        // The proposal rides along where the budget and the free pages allow (it never preempts).
+        int n_draft = std::min(int(seq->draft.size()), budget - 1);
+        while (n_draft > 0 &&
+               pages_for(seq->n_computed + 1 + n_draft) - int(seq->pages.size()) > kv_.n_available_pages())
+            --n_draft;
+        seq->draft.resize(size_t(n_draft));
+        for (int i = pages_for(seq->n_computed + 1 + n_draft) - int(seq->pages.size()); i > 0; --i)
+            seq->pages.push_back(kv_.allocate_page());
+        if (n_draft > 0) {
+            seq->verify_tokens = seq->tokens;
+            seq->verify_tokens.insert(seq->verify_tokens.end(), seq->draft.begin(), seq->draft.end());
+        }
+        add_chunk(plan, seq, 1 + n_draft, n_draft);
         seq->scheduled_step = step_;
-        budget -= 1;
+        budget -= 1 + n_draft;
     }
 
     // 2. The next prefill chunk of running sequences, as large as the budget allows; pages come
@@ -324,6 +388,7 @@ int Scheduler::n_paused() const {
 
 SeqOutput Scheduler::finish(Sequence* seq, FinishReason reason, int32_t stop_token, const std::string& error) {
     stop_following(*seq);
+    if (proposer_) proposer_->forget(seq->uid);
     if (seq->status == SeqStatus::running) {
         kv_.release_pages(seq->pages);
         kv_.release_slot(seq->window_slot);
@@ -351,17 +416,77 @@ void Scheduler::remove_finished() {
     std::erase_if(seqs_, [](const auto& kv) { return kv.second->status == SeqStatus::finished; });
 }
 
+int Scheduler::accept(const ScheduledChunk& c, std::span<const SampleResult> rows,
+                      std::vector<const SampleResult*>& src, std::vector<int32_t>& emit) const {
+    const Sequence& seq = *c.seq;
+    src.clear();
+    emit.clear();
+    int n_accepted = 0;
+    for (int i = 0; i <= c.n_draft; ++i) {
+        const SampleResult& r = rows[size_t(i)];
+        src.push_back(&r);
+        if (i < c.n_draft) {
+            // The target's own draw for this position (seeded by its output index) decides: a
+            // one-hot proposal is accepted iff it equals the draw (speculative.h). The forced test
+            // modes accept by rule instead.
+            const int32_t d = seq.draft[size_t(i)];
+            const bool ok = spec_.forced() ? forced_accept(spec_, i, seq.params.seed, uint64_t(seq.n_output() + i))
+                                           : r.token == d;
+            if (ok) {
+                emit.push_back(d);
+                ++n_accepted;
+                continue;
+            }
+        }
+        emit.push_back(r.token);  // the correction, or the bonus token when everything was accepted
+        break;
+    }
+    return n_accepted;
+}
+
 std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const SampleResult> samples) {
     std::vector<SeqOutput> out;
     size_t row = 0;
     const int ps = kv_.page_size();
+    std::vector<const SampleResult*> src;
+    std::vector<int32_t> emit;
     for (const ScheduledChunk& c : plan.chunks) {
         Sequence* seq = c.seq;
         OSPREY_CHECK(seq->status == SeqStatus::running && seq->n_computed == c.start_pos,
                      "commit of a plan that no longer matches sequence ", seq->uid);
-        seq->n_computed += c.n_tokens;
+        const int n_rows = c.want_logits ? 1 + c.n_draft : 0;
+        OSPREY_CHECK(row + size_t(n_rows) <= samples.size(), "commit got ", samples.size(), " samples for more rows");
+        int n_accepted = 0;
+        emit.clear();
+        src.clear();
+        if (c.want_logits) n_accepted = accept(c, samples.subspan(row, size_t(n_rows)), src, emit);
+        row += size_t(n_rows);
+        // Positions [start_pos, start_pos + n_tokens - rejected) keep their K/V: the pending token
+        // and the accepted proposals. The rejected ones are taken back (rollback).
+        const int n_rejected = c.n_draft - n_accepted;
+        const size_t n_before = seq->tokens.size();
+        // The accepted proposals are tokens of computed positions: in the sequence before its pages
+        // are offered to the prefix cache.
+        seq->tokens.insert(seq->tokens.end(), emit.begin(), emit.end());
+        seq->n_computed += c.n_tokens - n_rejected;
         seq->n_full_cached = std::max(seq->n_full_cached, seq->n_computed);
         kv_.advance_ring(seq->window_slot, c.start_pos, seq->n_computed);
+        if (c.n_draft > 0) {
+            // Pages that held only rejected positions go back (private, never offered); the ring
+            // keeps its rows: the slack guarantees the ones still needed were not overwritten.
+            std::vector<PageId> tail;
+            while (int(seq->pages.size()) > pages_for(seq->n_full_cached)) {
+                tail.push_back(seq->pages.back());
+                seq->pages.pop_back();
+            }
+            std::reverse(tail.begin(), tail.end());
+            kv_.release_pages(tail);
+            ++counters_.n_spec_verifies;
+            counters_.n_spec_draft_tokens += uint64_t(c.n_draft);
+            counters_.n_spec_accepted_tokens += uint64_t(n_accepted);
+            seq->draft.clear();
+            seq->verify_tokens.clear();
+        }
         if (seq->snapshot_at == seq->n_computed) {  // the replay rebuilt the ring at the hit's end: keep it
             const int slot = kv_.snapshots().store(seq->snapshot_key);
             if (slot >= 0) {
@@ -370,9 +495,8 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
             }
             seq->snapshot_at = -1;
         }
-        (c.n_tokens == 1 && c.want_logits && c.start_pos + 1 == seq->n_tokens() && c.start_pos >= seq->n_prompt()
-             ? counters_.n_decode_tokens
-             : counters_.n_prefill_tokens) += uint64_t(c.n_tokens);
+        const bool decode = c.want_logits && c.start_pos + 1 == int(n_before) && c.start_pos >= seq->n_prompt();
+        (decode ? counters_.n_decode_tokens : counters_.n_prefill_tokens) += uint64_t(c.n_tokens);
         // Offer every page that is now full to the prefix cache.
         while (int(seq->page_keys.size()) < seq->n_computed / ps) {
             const size_t i = seq->page_keys.size();
@@ -381,10 +505,6 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
             seq->page_keys.push_back(kv_.offer_page(seq->pages[i], parent, page_tokens));
         }
         if (!c.want_logits) continue;
-        OSPREY_CHECK(row < samples.size(), "commit got ", samples.size(), " samples for more rows");
-        const SampleResult& r = samples[row++];
-        seq->tokens.push_back(r.token);
-        ++counters_.n_generated_tokens;
         // Prompt scores go out with the sample's first event.
         std::vector<TokenScore> scores;
         if (seq->scores_prompt()) {
@@ -392,22 +512,34 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
             seq->prompt_scores.clear();
             seq->scores_sent = true;
         }
-        const auto& stops = seq->request->stop_token_ids;
-        if (std::find(stops.begin(), stops.end(), r.token) != stops.end()) {
-            out.push_back(finish(seq, FinishReason::stop, r.token, ""));
-            out.back().event.prompt_logprobs = std::move(scores);
-            continue;
+        // The new tokens one by one: the first stop token or the length limit ends the sample and
+        // drops what follows it (never more than max_new_tokens: proposals are capped to fit).
+        seq->tokens.resize(n_before);
+        for (size_t j = 0; j < emit.size(); ++j) {
+            const int32_t token = emit[j];
+            const SampleResult& r = *src[j];
+            seq->tokens.push_back(token);
+            ++counters_.n_generated_tokens;
+            const auto& stops = seq->request->stop_token_ids;
+            if (std::find(stops.begin(), stops.end(), token) != stops.end()) {
+                out.push_back(finish(seq, FinishReason::stop, token, ""));
+                if (j == 0) out.back().event.prompt_logprobs = std::move(scores);
+                break;
+            }
+            SeqOutput tok;
+            tok.stream = seq->request->stream;
+            tok.event.kind = Event::Kind::token;
+            tok.event.sample = seq->sample;
+            tok.event.token = token;
+            if (seq->params.logprobs) tok.event.logprob = r.logprob;
+            if (seq->params.top_logprobs > 0) tok.event.top = r.top;
+            if (j == 0) tok.event.prompt_logprobs = std::move(scores);
+            out.push_back(std::move(tok));
+            if (seq->n_output() >= seq->request->max_new_tokens) {
+                out.push_back(finish(seq, FinishReason::length, -1, ""));
+                break;
+            }
         }
-        SeqOutput tok;
-        tok.stream = seq->request->stream;
-        tok.event.kind = Event::Kind::token;
-        tok.event.sample = seq->sample;
-        tok.event.token = r.token;
-        if (seq->params.logprobs) tok.event.logprob = r.logprob;
-        if (seq->params.top_logprobs > 0) tok.event.top = r.top;
-        tok.event.prompt_logprobs = std::move(scores);
-        out.push_back(std::move(tok));
-        if (seq->n_output() >= seq->request->max_new_tokens) out.push_back(finish(seq, FinishReason::length, -1, ""));
     }
     OSPREY_CHECK(row == samples.size(), "commit got ", samples.size(), " samples for ", row, " rows");
     remove_finished();

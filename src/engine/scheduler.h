@@ -18,6 +18,7 @@
 
 #include "core/sampling.h"
 #include "engine/kv_cache_manager.h"
+#include "engine/speculative.h"
 #include "engine/step_plan.h"
 
 namespace osprey::engine {
@@ -48,6 +49,11 @@ struct SchedulerCounters {
     uint64_t n_preemptions = 0;
     uint64_t n_finished = 0;
     uint64_t n_generated_tokens = 0;
+    // Speculative decoding: verify chunks (decodes that carried a proposal), tokens proposed in
+    // them, and proposals accepted. Mean accepted length = (verifies + accepted) / verifies.
+    uint64_t n_spec_verifies = 0;
+    uint64_t n_spec_draft_tokens = 0;
+    uint64_t n_spec_accepted_tokens = 0;
 };
 
 class Scheduler {
@@ -60,6 +66,11 @@ public:
                      const std::vector<SamplingParams>& params);
 
     StepPlan schedule();
+
+    // Speculative decoding (engine/speculative.h): decodes ask `proposer` for up to
+    // options.num_tokens proposals each and schedule them as verify chunks; commit accepts a prefix
+    // and rolls the sequence's KV back past the first rejection. The proposer outlives the scheduler.
+    void set_speculation(Proposer* proposer, const SpeculativeOptions& options, int max_position);
 
     // After the forward pass: `samples` holds one result per chunk with want_logits, in chunk
     // order. Advances the sequences, offers their full pages to the prefix cache, appends the
@@ -107,7 +118,13 @@ private:
     // copy and seq's one-token chunk); false when it is not, or there is no room.
     bool try_fork(StepPlan& plan, Sequence* seq, int reserve);
     void remove_finished();
-    void add_chunk(StepPlan& plan, Sequence* seq, int n_tokens);
+    void add_chunk(StepPlan& plan, Sequence* seq, int n_tokens, int n_draft = 0);
+    // Fills seq->draft for the decoding sequences in `decodes` (the proposer's batch).
+    void propose(const std::vector<Sequence*>& decodes);
+    // The proposals commit keeps of a verify chunk's sampled rows; fills `emit` with the tokens to
+    // append (accepted proposals, then the target's own token) and returns how many were accepted.
+    int accept(const ScheduledChunk& c, std::span<const SampleResult> rows, std::vector<const SampleResult*>& src,
+               std::vector<int32_t>& emit) const;
 
     SchedulerOptions options_;
     KvCacheManager& kv_;
@@ -118,6 +135,9 @@ private:
     uint64_t next_uid_ = 1;
     uint64_t step_ = 0;  // schedule() calls, to mark the sequences of the current step
     SchedulerCounters counters_;
+    Proposer* proposer_ = nullptr;
+    SpeculativeOptions spec_;
+    int max_position_ = 0;
 };
 
 }  // namespace osprey::engine

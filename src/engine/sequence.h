@@ -58,6 +58,12 @@ struct Sequence {
     int snapshot_at = -1;
     uint64_t snapshot_key = 0;
 
+    // Speculative decoding: this step's proposal (tokens after the pending last one, checked by the
+    // verify forward) and tokens + draft back to back, what the sampler's penalties read for the
+    // verify rows. Empty outside a verify step.
+    std::vector<int32_t> draft;
+    std::vector<int32_t> verify_tokens;
+
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission
     // This sample's copy of the request's constraint, made before its first token is sampled;

@@ -13,6 +13,9 @@ struct ScheduledChunk {
     Sequence* seq = nullptr;
     int start_pos = 0;         // first position computed (== seq->n_computed)
     int n_tokens = 0;          // tokens of seq->tokens from start_pos: a prefill chunk, or 1 to decode
+    // Speculative verify: the last n_draft of the n_tokens are seq->draft (after the one pending token),
+    // and each of the 1 + n_draft tokens gets a logit row. 0 otherwise.
+    int n_draft = 0;
     int n_full_kv_cached = 0;  // leading tokens whose full-layer K/V is already in the pages (replay)
     int window_first = 0;      // first position the sequence's ring holds (KvCacheManager::ring)
     bool want_logits = false;  // the chunk ends at the last known token: a new token is sampled
@@ -31,7 +34,7 @@ struct StepPlan {
     }
     int n_logit_rows() const {
         int n = 0;
-        for (const auto& c : chunks) n += c.want_logits ? 1 : 0;
+        for (const auto& c : chunks) n += c.want_logits ? 1 + c.n_draft : 0;
         return n;
     }
     bool empty() const { return chunks.empty(); }

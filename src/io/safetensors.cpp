@@ -77,10 +77,10 @@ TensorEntry parse_entry(const std::string& file, const std::string& name, const 
 
 DType parse_dtype(std::string_view s) {
     static constexpr DType kAll[] = {DType::bf16, DType::f16, DType::f32, DType::u8,
-                                     DType::i32,  DType::i64, DType::f64, DType::fp8_e4m3};
+                                     DType::i32,  DType::i64, DType::f64, DType::fp8_e4m3, DType::boolean};
     for (DType t : kAll)
         if (s == dtype_name(t)) return t;
-    OSPREY_FAIL("unsupported dtype '", s, "' (supported: BF16 F16 F32 F64 U8 I32 I64 F8_E4M3)");
+    OSPREY_FAIL("unsupported dtype '", s, "' (supported: BF16 F16 F32 F64 U8 I32 I64 F8_E4M3 BOOL)");
 }
 
 Header parse_header(const uint8_t* bytes, size_t size, const std::string& what) {

@@ -19,6 +19,8 @@ void check_forward_batch(const ForwardBatch& batch, const Config& config, const 
                      ") outside [0, ", config.max_position, ")");
         OSPREY_CHECK(sl.n_full_kv_cached >= 0 && sl.n_full_kv_cached <= sl.n_tokens, "forward: slice ", s,
                      " has n_full_kv_cached ", sl.n_full_kv_cached, " of ", sl.n_tokens, " tokens");
+        OSPREY_CHECK(!sl.want_logits || (sl.n_logits >= 1 && sl.n_logits <= sl.n_tokens), "forward: slice ", s,
+                     " wants logits for ", sl.n_logits, " of its ", sl.n_tokens, " tokens");
         OSPREY_CHECK(sl.window_slot >= 0 && sl.window_slot < layout.n_window_slots, "forward: slice ", s,
                      " window slot ", sl.window_slot, " outside [0, ", layout.n_window_slots,
                      ") (allocate_kv first)");

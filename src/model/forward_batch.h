@@ -30,7 +30,11 @@ struct SequenceSlice {
     // that has run in this ring from its first position.
     int32_t window_first = 0;
     std::vector<int32_t> pages;    // page table covering positions [0, start_pos + n_tokens)
-    bool want_logits = true;       // produce logits for the last token of the slice
+    bool want_logits = true;       // produce logits for the last n_logits tokens of the slice
+    // With want_logits: how many trailing tokens of the slice get a logit row, in token order (1: the
+    // last one only). A speculative verify step (engine/speculative.h) asks for 1 + k: the pending
+    // token and the k proposed ones, so that every proposal can be checked against the target.
+    int32_t n_logits = 1;
     // Data-parallel group whose KV cache (and ranks) this sequence uses, in [0, ModelRunner::dp_groups()).
     // Page and window-slot ids are that group's own: every group has the whole KvLayout.
     int32_t dp_group = 0;
@@ -40,6 +44,10 @@ struct SequenceSlice {
     // tokens for every scored position (ModelRunner::take_prompt_scores).
     std::vector<int32_t> score_targets = {};  // (initialised: designated initialisers may leave it out)
     int32_t score_top_k = 0;
+
+    int32_t logit_rows() const { return want_logits ? n_logits : 0; }
+    // Index in ForwardBatch::tokens of the first token that gets a logit row.
+    int32_t first_logit_token() const { return first_token + n_tokens - n_logits; }
 };
 
 struct ForwardBatch {
@@ -48,7 +56,7 @@ struct ForwardBatch {
     int n_tokens() const { return int(tokens.size()); }
     int n_logit_rows() const {
         int n = 0;
-        for (const auto& s : slices) n += s.want_logits ? 1 : 0;
+        for (const auto& s : slices) n += s.logit_rows();
         return n;
     }
 };

@@ -246,7 +246,7 @@ void CpuReference::forward(const ForwardBatch& batch) {
     int max_pos = 0;
     for (const SequenceSlice& sl : batch.slices) {
         for (int i = 0; i < sl.n_tokens; ++i) step.positions.push_back(sl.start_pos + i);
-        if (sl.want_logits) step.logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
+        for (int i = 0; i < sl.logit_rows(); ++i) step.logit_rows.push_back(sl.first_logit_token() + i);
         max_pos = std::max(max_pos, sl.start_pos + sl.n_tokens);
     }
     rope_.reserve(max_pos);
@@ -270,12 +270,28 @@ void CpuReference::forward(const ForwardBatch& batch) {
             x_[t * c.d_model + j] = bf16_to_float(embedding[size_t(batch.tokens[t]) * c.d_model + j]);
     dump("embedding", -1, x_);
 
+    const size_t n_cap = capture_layers_.size();
+    captured_.assign(T * n_cap * c.d_model, 0.0f);
     for (int layer = 0; layer < c.n_layers; ++layer) {
         attention_block(layer, step);
         moe_block(layer, step);
+        // EAGLE-3: the residual stream after this block, for every token
+        for (size_t j = 0; j < n_cap; ++j)
+            if (capture_layers_[j] == layer)
+                for (size_t t = 0; t < T; ++t)
+                    std::copy_n(x_.begin() + ptrdiff_t(t * c.d_model), c.d_model,
+                                captured_.begin() + ptrdiff_t((t * n_cap + j) * c.d_model));
     }
     unembed(step);
     score_prompt(step);
+}
+
+void CpuReference::set_capture_layers(std::span<const int> layers) {
+    for (int l : layers)
+        OSPREY_CHECK(l >= 0 && l < config_.n_layers, "cpu-reference: capture layer ", l, " outside [0, ",
+                     config_.n_layers, ")");
+    capture_layers_.assign(layers.begin(), layers.end());
+    captured_.clear();
 }
 
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b. A tensor-parallel
@@ -448,7 +464,8 @@ void CpuReference::moe_block(int layer, const Step& step) {
     dump("resid_mlp", layer, x_);
 }
 
-// Final norm and unembedding (spec §3.7), for the last token of each slice that wants logits. A rank
+// Final norm and unembedding (spec §3.7), for the last token (or last n_logits tokens) of each slice
+// that wants logits. A rank
 // of a parallel layout computes its vocabulary rows [piece_.vocab) only.
 void CpuReference::unembed(const Step& step) {
     const Config& c = config_;

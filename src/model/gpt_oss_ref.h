@@ -74,6 +74,9 @@ public:
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
 
+    void set_capture_layers(std::span<const int> layers) override;
+    void captured_to_host(std::vector<float>& out) override { out = captured_; }
+
     // Every forward() reports its intermediates to `fn` (empty: none). For layer-by-layer comparisons.
     void set_dump(DumpFn fn) { dump_ = std::move(fn); }
 
@@ -144,6 +147,8 @@ private:
     std::vector<float> xn_all_, moe_all_;
     int n_logit_rows_ = 0;
     std::vector<TokenScore> scores_;  // of the last forward (prompt scoring)
+    std::vector<int> capture_layers_;  // EAGLE-3: layers whose output is kept per token
+    std::vector<float> captured_;      // [n_tokens, capture_layers_.size() * d_model]
 };
 
 }  // namespace osprey::model

@@ -53,6 +53,13 @@ KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size, int tp)
     }
 }
 
+KvSpec KvSpec::with_ring_slack(int extra) const {
+    OSPREY_CHECK(extra >= 0 && extra <= 4096, "KV spec: ring slack must be in [0, 4096], got ", extra);
+    KvSpec s = *this;
+    s.groups_[size_t(KvGroupKind::ring)].rows_per_block = sliding_window_ + extra;
+    return s;
+}
+
 KvGroupKind KvSpec::kind_of(int layer) const {
     OSPREY_CHECK(layer >= 0 && layer < n_layers(), "KV spec: layer ", layer, " outside [0, ", n_layers(), ")");
     return kind_of_[size_t(layer)];

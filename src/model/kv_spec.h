@@ -9,8 +9,11 @@
 //     sequence's page table lists its pages in position order (position p lives in
 //     pages[p / page_size], row p % page_size). Pages are shared between sequences by prefix reuse.
 //   - ring: the sliding-window layers (even), which only ever read the last `sliding_window` (128)
-//     positions. A block is one sequence's ring of `sliding_window` rows, position p at row
-//     p % sliding_window, so a sequence holds one ring whatever its length.
+//     positions. A block is one sequence's ring of `sliding_window` rows (plus `ring_slack` spare
+//     rows, below), position p at row p % ring_rows, so a sequence holds one ring whatever its length.
+//     Speculative decoding writes 1 + k positions in a verify step and may take back all but the
+//     first: with k - 1 spare rows or more, those writes never overwrite a row the rolled-back
+//     sequence still needs (engine/speculative.h), so a rollback is bookkeeping only.
 // A row is one position of one layer: its K and V for every KV head.
 #pragma once
 
@@ -44,7 +47,7 @@ inline constexpr int kKvGroups = 2;
 struct KvGroup {
     KvGroupKind kind = KvGroupKind::paged;
     std::vector<int> layers;   // model layers whose K/V live in this group, ascending
-    int rows_per_block = 0;    // page_size (paged) or sliding_window (ring)
+    int rows_per_block = 0;    // page_size (paged) or sliding_window + ring slack (ring)
     size_t bytes_per_row = 0;  // one position of one layer: K and V of every KV head
     size_t bytes_per_block() const { return size_t(rows_per_block) * bytes_per_row * layers.size(); }
 };
@@ -55,6 +58,11 @@ public:
     // tp > 1: the spec of one tensor-parallel rank, which holds n_kv_heads / tp whole KV heads
     // (model/parallel_layout.h); pages and slots keep the same ids on every rank, only rows narrow.
     KvSpec(const Config& config, KvDtype dtype, int page_size, int tp = 1);
+
+    // This spec with `extra` spare rows per ring (sliding_window + extra rows per block): room for
+    // speculative positions that a verify step writes and a rollback takes back. extra >= 0.
+    KvSpec with_ring_slack(int extra) const;
+    int ring_slack() const { return ring().rows_per_block - sliding_window_; }
 
     KvDtype dtype() const { return dtype_; }
     int page_size() const { return page_size_; }

@@ -180,7 +180,7 @@ void ParallelRunner::forward(const ForwardBatch& batch) {
         part.tokens.insert(part.tokens.end(), batch.tokens.begin() + sl.first_token,
                            batch.tokens.begin() + sl.first_token + sl.n_tokens);
         part.slices.push_back(std::move(local));
-        if (sl.want_logits) row_group_.push_back(sl.dp_group);
+        for (int i = 0; i < sl.logit_rows(); ++i) row_group_.push_back(sl.dp_group);
     }
     n_logit_rows_ = -1;
     run([&](int r) { ranks_[size_t(r)]->forward(parts[size_t(group_of(r))]); });

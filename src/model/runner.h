@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/check.h"
 #include "core/sampling.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
@@ -65,6 +66,18 @@ public:
     // given any), and the scores of the last forward, one per scored position in slice order.
     virtual bool supports_prompt_scoring() const { return false; }
     virtual void take_prompt_scores(std::vector<TokenScore>& out) { out.clear(); }
+    // Hidden states for an EAGLE-3 head (engine/speculative.h): after set_capture_layers(L), every
+    // forward also keeps the residual stream after each listed layer (0-based: the output of block
+    // l, Hugging Face's hidden_states[l + 1]) for every token, and captured_to_host() gives the last
+    // forward's as [n_tokens, L.size() * d_model] fp32, token order, layers in the order given.
+    // An empty list turns it off. Backends that cannot throw osprey::Error.
+    virtual void set_capture_layers(std::span<const int> layers) {
+        OSPREY_CHECK(layers.empty(), name(), ": this backend cannot expose hidden states (EAGLE-3)");
+    }
+    virtual void captured_to_host(std::vector<float>& out) {
+        (void)out;
+        OSPREY_FAIL(name(), ": this backend cannot expose hidden states (EAGLE-3)");
+    }
 };
 
 // The layout of `runner`'s spec at `page_size` with these block counts (for callers that size a

@@ -133,6 +133,26 @@ std::string Metrics::render(const engine::EngineStats& s, const std::string& mod
     out += "osprey_engine_generated_tokens_total " + std::to_string(s.n_generated_tokens) + "\n";
     header(out, "osprey_engine_steps_total", "counter", "Engine steps run.");
     out += "osprey_engine_steps_total " + std::to_string(s.n_steps) + "\n";
+    if (!s.spec_method.empty()) {  // speculative decoding (docs/speculative.md), labelled by proposer
+        const std::string l = "{proposer=\"" + label_value(s.spec_method) + "\"} ";
+        header(out, "osprey_spec_decode_verifies_total", "counter",
+               "Decode steps of a sequence that verified proposed tokens.");
+        out += "osprey_spec_decode_verifies_total" + l + std::to_string(s.n_spec_verifies) + "\n";
+        header(out, "osprey_spec_decode_num_draft_tokens_total", "counter", "Tokens proposed and verified.");
+        out += "osprey_spec_decode_num_draft_tokens_total" + l + std::to_string(s.n_spec_draft_tokens) + "\n";
+        header(out, "osprey_spec_decode_num_accepted_tokens_total", "counter", "Proposed tokens the model accepted.");
+        out += "osprey_spec_decode_num_accepted_tokens_total" + l + std::to_string(s.n_spec_accepted_tokens) + "\n";
+        header(out, "osprey_spec_decode_acceptance_rate", "gauge", "Accepted / proposed tokens since start.");
+        out += "osprey_spec_decode_acceptance_rate" + l +
+               num(s.n_spec_draft_tokens ? double(s.n_spec_accepted_tokens) / double(s.n_spec_draft_tokens) : 0.0) +
+               "\n";
+        header(out, "osprey_spec_decode_mean_accepted_length", "gauge",
+               "Tokens emitted per verify step (accepted proposals + the model's own token) since start.");
+        out += "osprey_spec_decode_mean_accepted_length" + l +
+               num(s.n_spec_verifies ? double(s.n_spec_verifies + s.n_spec_accepted_tokens) / double(s.n_spec_verifies)
+                                     : 0.0) +
+               "\n";
+    }
     header(out, "osprey_model_info", "gauge", "The served model.");
     out += "osprey_model_info{model_name=\"" + label_value(model_name) + "\"} 1\n";
     return out;

@@ -2,10 +2,13 @@
 #pragma once
 
 #include <algorithm>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "core/check.h"
 #include "engine/engine.h"
+#include "engine/speculative.h"
 #include "fake_runner.h"
 
 namespace osprey::test {
@@ -70,5 +73,34 @@ inline std::vector<int32_t> greedy_oracle(const std::vector<int32_t>& prompt, in
     }
     return out;
 }
+
+// Proposes the fake model's greedy continuation, with an error planted at a pseudo-random index
+// (or none), so verify steps accept every possible prefix length: an oracle that exercises
+// acceptance and rollback far more than a real proposer does on hash logits.
+class OracleProposer : public engine::Proposer {
+public:
+    OracleProposer(int vocab, int window) : vocab_(vocab), window_(window) {}
+    std::string name() const override { return "oracle"; }
+    void propose(std::span<engine::DraftRequest> requests) override {
+        for (engine::DraftRequest& r : requests) {
+            std::vector<int32_t> history(r.tokens.begin(), r.tokens.end());
+            r.out->clear();
+            const int wrong_at = int(rng_() % uint32_t(r.max_tokens + 2));  // past the end: none
+            for (int i = 0; i < r.max_tokens; ++i) {
+                const auto l = FakeRunner::reference_logits(history, vocab_, window_);
+                int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+                if (i == wrong_at) t = (t + 1) % (vocab_ - 1);
+                r.out->push_back(t);
+                history.push_back(t);
+            }
+        }
+    }
+    void forget(uint64_t) override { ++n_forgotten; }
+    int n_forgotten = 0;
+
+private:
+    int vocab_, window_;
+    std::mt19937 rng_{7};
+};
 
 }  // namespace osprey::test

@@ -54,7 +54,7 @@ void FakeRunner::allocate_kv(const model::KvLayout& layout) {
     layout_ = layout;
     pages_.assign(size_t(options_.dp_groups), std::vector<Row>(size_t(layout.n_pages) * size_t(layout.page_size())));
     window_.assign(size_t(options_.dp_groups),
-                   std::vector<Row>(size_t(layout.n_window_slots) * size_t(config_.sliding_window)));
+                   std::vector<Row>(size_t(layout.n_window_slots) * size_t(layout.spec.ring().rows_per_block)));
 }
 
 void FakeRunner::copy_kv(const model::KvCopyPlan& plan) {
@@ -82,6 +82,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_FAIL("fake runner: injected failure");
     }
     const int ps = layout_.page_size(), w = config_.sliding_window, vocab = config_.vocab_size;
+    const int ring_rows = layout_.spec.ring().rows_per_block;  // w plus the speculative slack
     OSPREY_CHECK(ps > 0, "fake runner: forward before allocate_kv");
     ++n_forward_;
     n_tokens_ += batch.n_tokens();
@@ -110,7 +111,7 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
         OSPREY_CHECK(s.window_first >= 0 && s.window_first <= s.start_pos, "fake runner: ring starts at ",
                      s.window_first, " after the slice's start ", s.start_pos);
         for (int32_t p : s.pages) OSPREY_CHECK(p >= 0 && p < layout_.n_pages, "fake runner: page ", p, " out of range");
-        Row* slot = window_[size_t(s.dp_group)].data() + size_t(s.window_slot) * size_t(w);
+        Row* slot = window_[size_t(s.dp_group)].data() + size_t(s.window_slot) * size_t(ring_rows);
         for (int j = 0; j < s.n_tokens; ++j) {
             const int pos = s.start_pos + j;
             const int32_t token = batch.tokens[size_t(s.first_token + j)];
@@ -122,12 +123,14 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
             } else {
                 page_row = Row{token, pos};
             }
-            slot[pos % w] = Row{token, pos};
+            slot[pos % ring_rows] = Row{token, pos};
         }
         if (!s.want_logits) continue;
+        OSPREY_CHECK(s.n_logits >= 1 && s.n_logits <= s.n_tokens, "fake runner: ", s.n_logits, " logit rows for ",
+                     s.n_tokens, " tokens");
         // Read the history back the way attention would: full layers through the page table,
-        // sliding layers through the ring.
-        const int last = end - 1;
+        // sliding layers through the ring (every logit row of a verify slice sees its own prefix).
+        for (int last = end - s.n_logits; last < end; ++last) {
         HistoryHash hh;
         for (int p = 0; p <= last; ++p) {
             const Row& r = pages[size_t(s.pages[size_t(p / ps)]) * size_t(ps) + size_t(p % ps)];
@@ -139,12 +142,13 @@ void FakeRunner::forward(const model::ForwardBatch& batch) {
             // must not be needed (a replay is long enough to refill the whole window first).
             OSPREY_CHECK(p >= s.window_first, "fake runner: position ", p, " is in the window but the ring holds only ",
                          s.window_first, " and later");
-            const Row& r = slot[p % w];
+            const Row& r = slot[p % ring_rows];
             OSPREY_CHECK(r.pos == p, "fake runner: window row of position ", p, " holds position ", r.pos);
             hh.window(p, r.token);
         }
         fill_logits(hh.h, logits_.data() + size_t(row) * size_t(vocab), vocab);
         ++row;
+        }
     }
     OSPREY_CHECK(next_first == batch.n_tokens(), "fake runner: tokens not covered by slices");
 }

@@ -72,6 +72,11 @@ struct StressConfig {
     bool prefix_caching;
     uint32_t seed;
     int dp_groups = 1;  // > 1: the engine routes between that many caches (attention DP)
+    // > 0: speculative decoding with this many proposals per step, from n-gram lookup or (oracle)
+    // the model's greedy continuation with planted errors: every verify accepts a random prefix
+    // and rolls back pages and rings, and the output must still equal the oracle.
+    int spec_k = 0;
+    bool spec_oracle = false;
 };
 
 void run_stress(const StressConfig& c, int n_arrivals) {
@@ -88,6 +93,11 @@ void run_stress(const StressConfig& c, int n_arrivals) {
     o.max_kv_tokens = int64_t(c.n_pages) * c.page_size;
     o.enable_prefix_caching = c.prefix_caching;
     o.check_invariants = true;
+    if (c.spec_k > 0) {
+        o.speculative.method = SpecMethod::ngram;
+        o.speculative.num_tokens = c.spec_k;
+        if (c.spec_oracle) o.speculative.custom = std::make_shared<test::OracleProposer>(vocab, c.window);
+    }
     Engine engine(runner, o);
 
     std::mt19937 rng(c.seed + stress_seed_offset());
@@ -177,6 +187,14 @@ void run_stress(const StressConfig& c, int n_arrivals) {
         EXPECT_GT(st.n_window_restores, 0u) << "later hits restore saved window rings";
     }
     EXPECT_GT(st.n_forked_tokens, 0u) << "n > 1 requests fork their samples";
+    if (c.spec_k > 0) {
+        EXPECT_GT(st.n_spec_verifies, 0u);
+        if (c.spec_oracle) {
+            EXPECT_GT(st.n_spec_accepted_tokens, st.n_spec_verifies / 4);
+        }
+        std::printf("stress: %llu verifies, %llu proposed, %llu accepted\n", (unsigned long long)st.n_spec_verifies,
+                    (unsigned long long)st.n_spec_draft_tokens, (unsigned long long)st.n_spec_accepted_tokens);
+    }
     EXPECT_EQ(st.dp_groups, c.dp_groups);
     for (int g = 0; g < c.dp_groups; ++g) EXPECT_GT(runner.n_tokens_in_group(g), 0) << "group " << g << " never ran";
     std::printf(
@@ -234,4 +252,33 @@ TEST(engine_stress, without_prefix_caching) {
                 .prefix_caching = false,
                 .seed = 13},
                1500 * stress_scale());
+}
+
+// Speculative decoding inside the randomised run: verify chunks accept random prefixes (the oracle
+// proposer plants one error at a random index), so pages and rings roll back in every step next to
+// prefills, forks, prefix hits and preemptions; every invariant holds after each step and every
+// sample still equals its oracle.
+TEST(engine_stress, speculative_rollback_oracle) {
+    run_stress({.window = 8,
+                .page_size = 4,
+                .max_num_seqs = 6,
+                .max_batch_tokens = 24,
+                .n_pages = 40,
+                .prefix_caching = true,
+                .seed = 15,
+                .spec_k = 3,
+                .spec_oracle = true},
+               1500 * stress_scale());
+}
+
+TEST(engine_stress, speculative_ngram) {
+    run_stress({.window = 16,
+                .page_size = 4,
+                .max_num_seqs = 6,
+                .max_batch_tokens = 32,
+                .n_pages = 40,
+                .prefix_caching = true,
+                .seed = 16,
+                .spec_k = 4},
+               1000 * stress_scale());
 }

@@ -53,6 +53,21 @@ TEST(kv_spec, replay_covers_every_ring_layer) {
     EXPECT_EQ(KvSpec(preset_config("tiny"), KvDtype::f32, 32).window_replay(), 2 * 127);
 }
 
+// Speculative decoding: k spare rows per ring (a rollback never loses a needed row); pages, the
+// window itself and the replay length are unchanged.
+TEST(kv_spec, ring_slack_adds_rows_to_rings_only) {
+    const KvSpec spec(preset_config("20b"), KvDtype::bf16, 32);
+    const KvSpec slack = spec.with_ring_slack(4);
+    EXPECT_EQ(spec.ring_slack(), 0);
+    EXPECT_EQ(slack.ring_slack(), 4);
+    EXPECT_EQ(slack.ring().rows_per_block, 132);
+    EXPECT_EQ(slack.sliding_window(), 128);
+    EXPECT_EQ(slack.bytes_per_page(), spec.bytes_per_page());
+    EXPECT_EQ(slack.bytes_per_window_slot(), spec.bytes_per_window_slot() / 128 * 132);
+    EXPECT_EQ(slack.window_replay(), spec.window_replay());
+    EXPECT_THROW((void)spec.with_ring_slack(-1), Error);
+}
+
 TEST(kv_spec, page_size_bounds_live_here) {
     EXPECT_NO_THROW(check_page_size(kMinPageSize));
     EXPECT_NO_THROW(check_page_size(kMaxPageSize));

@@ -317,7 +317,7 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     bool decode_only = true;
     for (const SequenceSlice& sl : batch.slices) {
         for (int i = 0; i < sl.n_tokens; ++i) positions.push_back(sl.start_pos + i);
-        if (sl.want_logits) logit_rows.push_back(sl.first_token + sl.n_tokens - 1);
+        for (int i = 0; i < sl.logit_rows(); ++i) logit_rows.push_back(sl.first_logit_token() + i);
         decode_only = decode_only && sl.n_tokens == 1 && sl.want_logits && sl.n_full_kv_cached == 0;
         const int page_offset = int(page_table.size());
         page_table.insert(page_table.end(), sl.pages.begin(), sl.pages.end());
@@ -436,6 +436,25 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     n_logit_rows_ = step.n_logit_rows;
     score_prompt(batch);
+    n_tokens_ = step.n_tokens;
+}
+
+void CudaRunner::set_capture_layers(std::span<const int> layers) {
+    for (int l : layers)
+        OSPREY_CHECK(l >= 0 && l < config_.n_layers - 1, "cuda runner: capture layer ", l, " outside [0, ",
+                     config_.n_layers - 1, ") (the last block's output is not kept)");
+    stream_.sync();
+    graphs_.clear();  // captured graphs lack (or have) the copies
+    capture_layers_.assign(layers.begin(), layers.end());
+    if (!layers.empty())
+        captured_ = cuda::DeviceBuffer<float>(size_t(options_.max_tokens) * layers.size() * size_t(config_.d_model));
+}
+
+void CudaRunner::captured_to_host(std::vector<float>& out) {
+    out.resize(size_t(n_tokens_) * capture_layers_.size() * size_t(config_.d_model));
+    if (out.empty()) return;
+    CUDA_CHECK(cudaMemcpyAsync(out.data(), captured_.get(), out.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    stream_.sync();
 }
 
 void CudaRunner::take_prompt_scores(std::vector<TokenScore>& out) {
@@ -469,10 +488,10 @@ void CudaRunner::score_prompt(const ForwardBatch& batch) {
         for (size_t r = 0; r < n; ++r) ids[r] = rows[first + r].row;
         score_rows_.upload(ids, stream_);
         // h = rmsnorm(x + moe) · gain on the scored rows                    [n, d_model] bf16
-        cuda::rmsnorm({.y = score_h_.get(), .x = a.x, .gain = weights_.final_norm.get(),
-                       .moe_y = dump_ ? nullptr : a.moe_out.y, .moe_w = a.moe_out.w, .rows = score_rows_.get(),
-                       .n_tokens = int(n), .d = c.d_model, .eps = c.norm_eps},
-                      stream_);
+        cuda::RmsNormArgs norm{.y = score_h_.get(), .x = a.x, .gain = weights_.final_norm.get(),
+                               .rows = score_rows_.get(), .n_tokens = int(n), .d = c.d_model, .eps = c.norm_eps};
+        if (!dump_) a.add_moe(norm);
+        cuda::rmsnorm(norm, stream_);
         // logits = h · Wunembᵀ                                              [n, vocab] f32
         blas_->linear({.y = score_logits_.get(), .x = score_h_.get(), .w = weights_.unembedding.get(),
                        .n_tokens = int(n), .n_out = c.vocab_size, .n_in = c.d_model, .y_f32 = true},
@@ -532,6 +551,13 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     cuda::rmsnorm(norm, stream_);
     mark("attn_norm");
     if (layer > 0) dump("resid_mlp", layer - 1, a.x, T, c.d_model, false);
+    // EAGLE-3: x now holds the residual stream after block layer - 1
+    for (size_t j = 0; j < capture_layers_.size(); ++j)
+        if (capture_layers_[j] == layer - 1) {
+            const size_t width = size_t(c.d_model) * sizeof(float);
+            CUDA_CHECK(cudaMemcpy2DAsync(captured_.get() + j * size_t(c.d_model), width * capture_layers_.size(), a.x,
+                                         width, width, size_t(T), cudaMemcpyDeviceToDevice, stream_));
+        }
     dump("attn_norm", layer, a.h, T, c.d_model, true);
     // qkv = h · Wqkvᵀ + b (q, k, v weights concatenated: one GEMM)      [T, q_dim + 2 kv_dim]
     blas_->linear({.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,

@@ -80,6 +80,10 @@ public:
     void forward(const ForwardBatch& batch) override;
     void copy_kv(const KvCopyPlan& plan) override;
     void logits_to_host(std::vector<float>& out) override;
+    // EAGLE-3 hidden states: layers before the last (copied out of the residual stream where the
+    // next block's norm has folded the MoE output in), kept on the device until captured_to_host.
+    void set_capture_layers(std::span<const int> layers) override;
+    void captured_to_host(std::vector<float>& out) override;
     void sample(std::span<const SamplingParams> params, std::span<const SamplingState> state,
                 std::span<SampleResult> out) override;
     // Prompt scoring: the scored rows' logits are computed on the GPU (kScoreRows at a time, into
@@ -173,6 +177,9 @@ private:
     cuda::DeviceBuffer<bf16> score_h_;        // [kScoreRows, d_model]
     cuda::DeviceBuffer<float> score_logits_;  // [kScoreRows, vocab]
     std::vector<TokenScore> scores_;          // of the last forward
+    int n_tokens_ = 0;  // of the last forward
+    std::vector<int> capture_layers_;
+    cuda::DeviceBuffer<float> captured_;  // [max_tokens, capture_layers_.size() * d_model]
     CudaDumpFn dump_;
     bool profile_ = false;
     std::vector<std::unique_ptr<cuda::Event>> prof_events_;
