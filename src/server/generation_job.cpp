@@ -32,6 +32,7 @@ GenerationJob::GenerationJob(ServerContext& ctx, std::vector<std::shared_ptr<eng
       streams_(std::move(streams)),
       ended_(streams_.size() * size_t(n_samples), false),
       last_token_(ended_.size()),
+      delivered_(ended_.size(), 0),
       prompt_counted_(streams_.size(), false) {}
 
 GenerationJob::~GenerationJob() {
@@ -115,14 +116,18 @@ http::AsyncJob::Progress GenerationJob::poll() {
                     ctx_.metrics.inter_token(std::chrono::duration<double>(now - last_token_[size_t(choice)]).count());
                 }
                 last_token_[size_t(choice)] = now;
-                if (!ended_[size_t(choice)]) on_token(choice, *e, p);
+                if (!ended_[size_t(choice)]) {
+                    ++delivered_[size_t(choice)];
+                    on_token(choice, *e, p);
+                }
             } else {
                 if (!prompt_counted_[i]) {
                     prompt_counted_[i] = true;
                     prompt_tokens_ += e->usage.prompt_tokens;
                     cached_tokens_ += e->usage.cached_tokens;
                 }
-                completion_tokens_ += e->usage.completion_tokens;
+                // Ended early by the job (a stop string): the tokens up to the match, as vLLM counts.
+                completion_tokens_ += ended_[size_t(choice)] ? delivered_[size_t(choice)] : e->usage.completion_tokens;
                 on_finish(choice, *e, p);
                 ended_[size_t(choice)] = true;
             }

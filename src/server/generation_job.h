@@ -58,6 +58,9 @@ private:
     std::vector<std::shared_ptr<engine::RequestStream>> streams_;
     std::vector<bool> ended_;                                        // [n_choices]
     std::vector<std::chrono::steady_clock::time_point> last_token_;  // [n_choices]
+    // Tokens handed to on_token per choice: a choice the job ended itself (a stop string) counts
+    // these in its usage, not what the engine generated before the cancellation reached it.
+    std::vector<int> delivered_;                                     // [n_choices]
     std::vector<bool> prompt_counted_;                               // [n_prompts]
     bool first_token_seen_ = false;
     bool done_ = false;
