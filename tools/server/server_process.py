@@ -3,12 +3,15 @@
     with OspreyServer(osprey_binary, extra_args=["--api-key", "k"], env={...}) as server:
         server.url  # "http://127.0.0.1:PORT"
 """
+import argparse
 import os
 import re
 import ssl
 import subprocess
 import threading
+import sys
 import time
+import unittest
 import urllib.request
 
 
@@ -74,3 +77,14 @@ def test_env(build_dir, shared_dir):
         "OSPREY_TIKTOKEN_FILE": os.path.join(shared_dir, "data", "o200k_base.tiktoken"),
         "OSPREY_LOG": "warn",
     }
+
+
+def run_unittests(module_globals):
+    """The unittest scripts' entry point: parses their common flags (--osprey, --build-dir,
+    --shared-dir) into the module's ARGS and runs unittest.main on the remaining arguments."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--osprey", required=True)
+    p.add_argument("--build-dir", required=True)
+    p.add_argument("--shared-dir", required=True)
+    module_globals["ARGS"], rest = p.parse_known_args()
+    unittest.main(module=module_globals["__name__"], argv=[sys.argv[0], "-v", *rest])

@@ -5,7 +5,6 @@ prompt holds that call and its result, a final answer. Tracing is off (no networ
 
     python tools/server/test_agents_sdk.py --osprey build/osprey --build-dir build --shared-dir ../shared
 """
-import argparse
 import os
 import sys
 import unittest
@@ -16,7 +15,7 @@ import agents  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import OspreyServer, test_env  # noqa: E402
+from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
 MODEL = "osprey-agent"
@@ -71,13 +70,7 @@ class AgentsSdk(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--osprey", required=True)
-    p.add_argument("--build-dir", required=True)
-    p.add_argument("--shared-dir", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittests(globals())
 
 
 if __name__ == "__main__":

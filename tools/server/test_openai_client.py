@@ -4,7 +4,6 @@ token against openai-harmony when it is installed), validation errors, auth, met
 
     python tools/server/test_openai_client.py --osprey build/osprey --build-dir build --shared-dir ../shared
 """
-import argparse
 import datetime
 import http.client
 import json
@@ -18,7 +17,7 @@ import urllib.parse
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import OspreyServer, test_env  # noqa: E402
+from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
 KEY = "test-key-123"
@@ -539,13 +538,7 @@ def harmony_prompt_tokens(messages):
 
 
 def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--osprey", required=True)
-    p.add_argument("--build-dir", required=True)
-    p.add_argument("--shared-dir", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittests(globals())
 
 
 if __name__ == "__main__":

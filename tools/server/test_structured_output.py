@@ -11,7 +11,6 @@ test-only scripted backend, whose refused script tokens are replaced by random a
 
     python tools/server/test_structured_output.py --osprey build/osprey --build-dir build --shared-dir ../shared
 """
-import argparse
 import json
 import os
 import re
@@ -22,7 +21,7 @@ import jsonschema
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import OspreyServer, test_env  # noqa: E402
+from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
 MODEL = "osprey-tiny"
@@ -271,13 +270,7 @@ class ScriptedStrictCall(ScriptedServer):
 
 
 def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--osprey", required=True)
-    p.add_argument("--build-dir", required=True)
-    p.add_argument("--shared-dir", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittests(globals())
 
 
 if __name__ == "__main__":

@@ -9,7 +9,6 @@ model loads; `osprey --help` on stdout.
 
     python tools/server/test_vllm_api.py --osprey build/osprey --build-dir build --shared-dir ../shared
 """
-import argparse
 import http.client
 import json
 import math
@@ -26,7 +25,7 @@ import urllib.parse
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import OspreyServer, test_env  # noqa: E402
+from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
 NAMES = ["osprey-a", "osprey-b"]
@@ -366,13 +365,7 @@ class Lifecycle(unittest.TestCase):
 
 
 def main():
-    global ARGS
-    p = argparse.ArgumentParser()
-    p.add_argument("--osprey", required=True)
-    p.add_argument("--build-dir", required=True)
-    p.add_argument("--shared-dir", required=True)
-    ARGS, rest = p.parse_known_args()
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    run_unittests(globals())
 
 
 if __name__ == "__main__":
