@@ -158,6 +158,7 @@ void Scheduler::propose(const std::vector<Sequence*>& decodes) {
         seq->draft.clear();
         // Structured output advances its automaton one sampled token at a time: no proposals.
         if (seq->request->constraint) continue;
+        if (seq->n_output() < seq->spec_resume_at) continue;  // backing off (see commit)
         // Never past max_new_tokens (a verify emits up to k + 1 tokens) or the model's positions.
         const int room = std::min(seq->request->max_new_tokens - seq->n_output() - 1,
                                   max_position_ - seq->n_tokens() - 1);
@@ -464,6 +465,19 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
         // Positions [start_pos, start_pos + n_tokens - rejected) keep their K/V: the pending token
         // and the accepted proposals. The rejected ones are taken back (rollback).
         const int n_rejected = c.n_draft - n_accepted;
+        // n-gram back-off: lookups that keep proposing what the target refuses cost a wasted
+        // verify each (random weights repeat tokens, so they match and miss): after 2 misses in a
+        // row, pause proposing for 1, 2, 4, ... 64 tokens; an accepted proposal resets it. Exact:
+        // only which steps verify changes. Off in the forced measuring modes.
+        if (c.n_draft > 0 && spec_.method == SpecMethod::ngram && !spec_.forced() && !spec_.custom) {
+            constexpr int kMaxSpecPause = 64;
+            if (n_accepted > 0) {
+                seq->spec_misses = 0;
+            } else if (++seq->spec_misses >= 2) {
+                const int pause = std::min(kMaxSpecPause, 1 << std::min(seq->spec_misses - 2, 6));
+                seq->spec_resume_at = seq->n_output() + 1 + pause;
+            }
+        }
         const size_t n_before = seq->tokens.size();
         // The accepted proposals are tokens of computed positions: in the sequence before its pages
         // are offered to the prefix cache.

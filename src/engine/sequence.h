@@ -63,6 +63,10 @@ struct Sequence {
     // verify rows. Empty outside a verify step.
     std::vector<int32_t> draft;
     std::vector<int32_t> verify_tokens;
+    // n-gram back-off: verifies in a row that accepted nothing, and the output length before which
+    // no more proposals are made (each further miss doubles the pause, up to kMaxSpecPause tokens).
+    int spec_misses = 0;
+    int spec_resume_at = 0;
 
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission

@@ -265,3 +265,38 @@ TEST(speculative, stop_token_inside_accepted_run) {
     EXPECT_EQ(spec[0].finish.stop_token, r.stop_token_ids[0]);
     EXPECT_EQ(spec[0].finish.usage.completion_tokens, first + 1);
 }
+
+// n-gram back-off: a lookup whose proposals the target keeps refusing pauses (1, 2, 4, ... 64
+// tokens after two misses in a row), so a long generation pays a handful of wasted verifies, not one
+// per token; the output is still plain decoding's.
+TEST(speculative, ngram_backs_off_when_nothing_is_accepted) {
+    FakeRunnerOptions fo;
+    fo.vocab_size = 64;
+    fo.sliding_window = 8;
+    Request r;
+    r.id = "b";
+    for (int i = 0; i < 40; ++i) r.prompt.push_back(i % 7);
+    r.max_new_tokens = 300;
+    r.sampling.temperature = 0;
+    EngineOptions o;
+    o.page_size = 4;
+    o.check_invariants = true;
+    FakeRunner plain_runner(fo);
+    const auto plain = run_one(plain_runner, o, r);
+    EngineOptions so = o;
+    so.speculative.method = SpecMethod::ngram;
+    so.speculative.num_tokens = 4;
+    FakeRunner runner(fo);
+    EngineStats st;
+    const auto spec = run_one(runner, so, r, &st);
+    ASSERT_EQ(spec[0].tokens, plain[0].tokens);
+    ASSERT_GT(st.n_spec_verifies, 0u);
+    // Each verify that accepts nothing emits one token; with the back-off the misses are bounded by
+    // ~2 + log2 of the output per run of misses, and runs are separated by accepted proposals.
+    const uint64_t wasted = st.n_spec_verifies - std::min<uint64_t>(st.n_spec_verifies, st.n_spec_accepted_tokens);
+    EXPECT_LT(wasted, uint64_t(r.max_new_tokens) / 4) << st.n_spec_verifies << " verifies, "
+                                                     << st.n_spec_accepted_tokens << " accepted";
+    std::printf("ngram back-off: %llu verifies, %llu proposed, %llu accepted over %d tokens\n",
+                (unsigned long long)st.n_spec_verifies, (unsigned long long)st.n_spec_draft_tokens,
+                (unsigned long long)st.n_spec_accepted_tokens, r.max_new_tokens);
+}
