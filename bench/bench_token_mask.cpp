@@ -41,20 +41,7 @@ int main(int argc, char** argv) {
     }
     const tok::Tokenizer t = tok::Tokenizer::from_file(path);
     auto t0 = Clock::now();
-    std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
-    std::vector<bool> skip(bytes.size(), false);
-    for (int i = 0; i < t.vocab_size(); ++i) {
-        if (t.is_special(i)) {
-            skip[size_t(i)] = true;
-            continue;
-        }
-        try {
-            bytes[size_t(i)] = t.token_bytes(i);
-        } catch (const Error&) {
-            skip[size_t(i)] = true;
-        }
-    }
-    auto trie = std::make_shared<const grammar::VocabTrie>(bytes, skip);
+    auto trie = grammar::vocab_trie_of(t);
     std::printf("vocabulary trie: %d tokens, %zu nodes, built in %.1f ms\n", t.vocab_size(), trie->n_nodes(),
                 us_since(t0) / 1e3);
 

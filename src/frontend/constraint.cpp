@@ -310,23 +310,7 @@ std::shared_ptr<const grammar::VocabTrie> vocab_trie(const tok::Tokenizer& token
     static std::map<const tok::Tokenizer*, std::shared_ptr<const grammar::VocabTrie>> tries;
     std::lock_guard lock(mu);
     auto& trie = tries[&tokenizer];
-    if (!trie) {
-        const int n = tokenizer.vocab_size();
-        std::vector<std::string> bytes(static_cast<size_t>(n));
-        std::vector<bool> skip(size_t(n), false);
-        for (int t = 0; t < n; ++t) {
-            if (tokenizer.is_special(t)) {
-                skip[size_t(t)] = true;
-                continue;
-            }
-            try {
-                bytes[size_t(t)] = tokenizer.token_bytes(t);
-            } catch (const Error&) {
-                skip[size_t(t)] = true;  // a reserved id
-            }
-        }
-        trie = std::make_shared<const grammar::VocabTrie>(bytes, skip);
-    }
+    if (!trie) trie = grammar::vocab_trie_of(tokenizer);
     return trie;
 }
 

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/check.h"
 #include "grammar/automaton.h"
 
 namespace osprey::grammar {
@@ -47,6 +48,27 @@ private:
     std::unordered_multimap<int32_t, int32_t> extra_;  // node -> further tokens with its bytes
     int max_depth_ = 0;
 };
+
+// The trie of a tokenizer's vocabulary (any type with vocab_size(), is_special(t) and token_bytes(t),
+// the last throwing osprey::Error for a reserved id): special tokens and reserved ids are left out.
+// Header-only, so that this library stays free of the tokenizer.
+template <class Tokenizer>
+std::shared_ptr<const VocabTrie> vocab_trie_of(const Tokenizer& t) {
+    std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
+    std::vector<bool> skip(bytes.size(), false);
+    for (int i = 0; i < t.vocab_size(); ++i) {
+        if (t.is_special(i)) {
+            skip[size_t(i)] = true;
+            continue;
+        }
+        try {
+            bytes[size_t(i)] = t.token_bytes(i);
+        } catch (const Error&) {
+            skip[size_t(i)] = true;  // a reserved id
+        }
+    }
+    return std::make_shared<const VocabTrie>(bytes, skip);
+}
 
 // One automaton with the masks of its states cached (shared by the steps of one request).
 class TokenMasker {

@@ -21,20 +21,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     const tok::Tokenizer t = tok::Tokenizer::from_file(argv[1]);
-    std::vector<std::string> bytes(static_cast<size_t>(t.vocab_size()));
-    std::vector<bool> skip(bytes.size(), false);
-    for (int i = 0; i < t.vocab_size(); ++i) {
-        if (t.is_special(i)) {
-            skip[size_t(i)] = true;
-            continue;
-        }
-        try {
-            bytes[size_t(i)] = t.token_bytes(i);
-        } catch (const Error&) {
-            skip[size_t(i)] = true;
-        }
-    }
-    auto trie = std::make_shared<const grammar::VocabTrie>(bytes, skip);
+    auto trie = grammar::vocab_trie_of(t);
     std::string line;
     while (std::getline(std::cin, line)) {
         json::Value out;

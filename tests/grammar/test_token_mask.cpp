@@ -13,23 +13,7 @@ namespace osprey::grammar {
 namespace {
 
 std::shared_ptr<const VocabTrie> o200k_trie() {
-    static const std::shared_ptr<const VocabTrie> trie = [] {
-        const tok::Tokenizer& t = tok::test::o200k();
-        std::vector<std::string> bytes(size_t(t.vocab_size()));
-        std::vector<bool> skip(bytes.size(), false);
-        for (int i = 0; i < t.vocab_size(); ++i) {
-            if (t.is_special(i)) {
-                skip[size_t(i)] = true;
-                continue;
-            }
-            try {
-                bytes[size_t(i)] = t.token_bytes(i);
-            } catch (const Error&) {
-                skip[size_t(i)] = true;  // reserved ids
-            }
-        }
-        return std::make_shared<const VocabTrie>(bytes, skip);
-    }();
+    static const std::shared_ptr<const VocabTrie> trie = vocab_trie_of(tok::test::o200k());
     return trie;
 }
 
