@@ -79,12 +79,39 @@ def test_env(build_dir, shared_dir):
     }
 
 
+_ARGS = None  # the unittest scripts' common flags (run_unittests)
+
+
 def run_unittests(module_globals):
     """The unittest scripts' entry point: parses their common flags (--osprey, --build-dir,
     --shared-dir) into the module's ARGS and runs unittest.main on the remaining arguments."""
+    global _ARGS
     p = argparse.ArgumentParser()
     p.add_argument("--osprey", required=True)
     p.add_argument("--build-dir", required=True)
     p.add_argument("--shared-dir", required=True)
-    module_globals["ARGS"], rest = p.parse_known_args()
+    _ARGS, rest = p.parse_known_args()
+    module_globals["ARGS"] = _ARGS
     unittest.main(module=module_globals["__name__"], argv=[sys.argv[0], "-v", *rest])
+
+
+class ScriptedServerCase(unittest.TestCase):
+    """Base of the unittest classes that run `osprey serve` on the test-only scripted backend
+    ($OSPREY_TEST_SCRIPT): every request generates the class's SCRIPT; the server is named MODEL and
+    cls.client is an official openai client for it (a dependency of the tests, not of this module)."""
+    SCRIPT = None
+    MODEL = None
+
+    @classmethod
+    def setUpClass(cls):
+        if cls.SCRIPT is None:
+            raise unittest.SkipTest("base class")
+        import openai
+        env = test_env(_ARGS.build_dir, _ARGS.shared_dir)
+        env["OSPREY_TEST_SCRIPT"] = cls.SCRIPT
+        cls.server = OspreyServer(_ARGS.osprey, ["--served-model-name", cls.MODEL], env=env).__enter__()
+        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()

@@ -17,6 +17,7 @@ import urllib.parse
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_process  # noqa: E402
 from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
@@ -306,22 +307,9 @@ class TinyModel(unittest.TestCase):
         self.assertIn('osprey_http_requests_total{route="/v1/chat/completions",status="200"}', text)
 
 
-class ScriptedServer(unittest.TestCase):
+class ScriptedServer(server_process.ScriptedServerCase):
     """A server on the test-only scripted backend ($OSPREY_TEST_SCRIPT): every request generates SCRIPT."""
-    SCRIPT = None
-
-    @classmethod
-    def setUpClass(cls):
-        if cls.SCRIPT is None:
-            raise unittest.SkipTest("base class")
-        env = test_env(ARGS.build_dir, ARGS.shared_dir)
-        env["OSPREY_TEST_SCRIPT"] = cls.SCRIPT
-        cls.server = OspreyServer(ARGS.osprey, ["--served-model-name", MODEL], env=env).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+    MODEL = MODEL
 
 
 class ScriptedToolCalls(ScriptedServer):

@@ -21,6 +21,7 @@ import jsonschema
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import server_process  # noqa: E402
 from server_process import OspreyServer, test_env, run_unittests  # noqa: E402
 
 ARGS = None
@@ -190,21 +191,8 @@ CALL_SCRIPT = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>a
                "<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Paris\"}<|call|>")
 
 
-class ScriptedServer(unittest.TestCase):
-    SCRIPT = None
-
-    @classmethod
-    def setUpClass(cls):
-        if cls.SCRIPT is None:
-            raise unittest.SkipTest("base class")
-        env = test_env(ARGS.build_dir, ARGS.shared_dir)
-        env["OSPREY_TEST_SCRIPT"] = cls.SCRIPT
-        cls.server = OspreyServer(ARGS.osprey, ["--served-model-name", MODEL], env=env).__enter__()
-        cls.client = openai.OpenAI(base_url=cls.server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
+class ScriptedServer(server_process.ScriptedServerCase):
+    MODEL = MODEL
 
 
 class ScriptedFinalAnswer(ScriptedServer):
