@@ -54,65 +54,49 @@ MoeOutputs MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, co
         const cuda::MoeDecodeOutputs o = cuda::moe_decode_outputs(decode_workspace, c.d_model, c.d_ff);
         return {o.y, o.w};
     }
-    // top-4 experts on the raw logits, softmax over those four          [T, top_k]
-    cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
-                          .n_tokens = n_tokens, .n_experts = c.n_experts, .top_k = c.top_k},
-                         stream);
-    // routed rows grouped by expert (deterministic counting sort)
-    cuda::moe_group_by_expert({.expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .scratch = group_scratch,
-                               .expert_ids = expert_ids, .n_tokens = n_tokens, .n_experts = c.n_experts,
-                               .top_k = c.top_k},
-                              stream);
-    // u = clamped swiglu(h · W1_eᵀ + b1_e)                              [T * top_k, d_ff] bf16
-    cuda::moe_mlp1({.u = u, .x = h, .w = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
-                    .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
-                    .n_experts = c.n_experts, .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff,
-                    .swiglu_alpha = c.swiglu_alpha, .swiglu_limit = c.swiglu_limit},
-                   stream);
-    // y = u · W2_eᵀ + b2_e                                               [T * top_k, d_model] f32
-    cuda::moe_mlp2({.y = y, .u = u, .w = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
-                    .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
-                    .n_experts = c.n_experts, .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff},
-                   stream);
-    return {y, expert_weights};
+    return launch_experts(c, MoeExperts::whole(c), w, h, router, n_tokens, stream);
 }
 
 void MoeStep::run(const Config& c, const MoeExperts& e, const DeviceLayer& w, const bf16* h, const float* router,
                   float* moe, int n_tokens, cudaStream_t stream) const {
-    if (e.is_whole(c)) {
-        const MoeOutputs o = run(c, w, h, router, n_tokens, stream);
-        cuda::moe_combine({.out = moe, .y = o.y, .expert_weights = o.w, .n_tokens = n_tokens, .d_model = c.d_model,
-                           .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
-                          stream);
-        return;
-    }
     if (e.count == 0 || e.d_ff == 0) {  // no columns on this rank (more ranks than MXFP4 groups)
         CUDA_CHECK(cudaMemsetAsync(moe, 0, size_t(n_tokens) * c.d_model * sizeof(float), stream));
         return;
     }
+    const MoeOutputs o =
+        e.is_whole(c) ? run(c, w, h, router, n_tokens, stream) : launch_experts(c, e, w, h, router, n_tokens, stream);
+    // moe = Σ_slot w · y                                                 [T, d_model] f32
+    cuda::moe_combine({.out = moe, .y = o.y, .expert_weights = o.w, .n_tokens = n_tokens, .d_model = c.d_model,
+                       .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
+                      stream);
+}
+
+MoeOutputs MoeStep::launch_experts(const Config& c, const MoeExperts& e, const DeviceLayer& w, const bf16* h,
+                                   const float* router, int n_tokens, cudaStream_t stream) const {
     // top-4 over every expert (the router is replicated), softmax over those four   [T, top_k]
     cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
                           .n_tokens = n_tokens, .n_experts = c.n_experts, .top_k = c.top_k},
                          stream);
-    // the rows routed to this rank's experts, grouped by local expert
+    // the rows routed to e's experts, grouped by (local) expert (deterministic counting sort)
     cuda::moe_group_by_expert({.expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .scratch = group_scratch,
                                .expert_ids = expert_ids, .n_tokens = n_tokens, .n_experts = e.count,
                                .first_expert = e.first, .top_k = c.top_k},
                               stream);
+    // u = clamped swiglu(h · W1_eᵀ + b1_e)                              [T * top_k, e.d_ff] bf16
     cuda::moe_mlp1({.u = u, .x = h, .w = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
                     .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
                     .n_experts = e.count, .top_k = c.top_k, .d_model = c.d_model, .d_ff = e.d_ff,
                     .swiglu_alpha = c.swiglu_alpha, .swiglu_limit = c.swiglu_limit},
                    stream);
     // other ranks' rows are not written by mlp2: zero, so the weighted sum skips them
-    CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(n_tokens) * c.top_k * c.d_model * sizeof(float), stream));
+    if (!e.is_whole(c))
+        CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(n_tokens) * c.top_k * c.d_model * sizeof(float), stream));
+    // y = u · W2_eᵀ + b2_e                                               [T * top_k, d_model] f32
     cuda::moe_mlp2({.y = y, .u = u, .w = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
                     .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,
                     .n_experts = e.count, .top_k = c.top_k, .d_model = c.d_model, .d_ff = e.d_ff},
                    stream);
-    cuda::moe_combine({.out = moe, .y = y, .expert_weights = expert_weights, .n_tokens = n_tokens,
-                       .d_model = c.d_model, .top_k = c.top_k, .mode = cuda::MoeCombineMode::overwrite},
-                      stream);
+    return {y, expert_weights};
 }
 
 }  // namespace osprey::model

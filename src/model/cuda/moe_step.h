@@ -39,7 +39,7 @@ struct MoeStep {
     int32_t* group_scratch = nullptr;   // [moe_group_scratch_elems(T, top_k, n_experts)]
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
-    void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's (zeroed once)
+    void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's
 
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
@@ -61,6 +61,11 @@ struct MoeStep {
     // rank's partial sum. Never the decode path. Whole: run() above, then moe_combine.
     void run(const Config& c, const MoeExperts& experts, const DeviceLayer& w, const bf16* h, const float* router,
              float* moe, int n_tokens, cudaStream_t stream) const;
+
+private:
+    // route -> group -> mlp1 -> mlp2 over `experts` (both run()s' launches outside the decode path).
+    MoeOutputs launch_experts(const Config& c, const MoeExperts& experts, const DeviceLayer& w, const bf16* h,
+                              const float* router, int n_tokens, cudaStream_t stream) const;
 };
 
 }  // namespace osprey::model
