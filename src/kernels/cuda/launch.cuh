@@ -13,7 +13,10 @@
 //     exited. Measured on the H200 (20b decode, batch 1): triggering at the top of every kernel made
 //     the step slower (2.85 ms against 2.72 ms without PDL: the next kernels' waiting blocks crowd
 //     the SMs), so pdl_enter() does not trigger. Small kernels whose successor prefetches its weights
-//     before waiting (rmsnorm before the GEMVs) call pdl_trigger() first.
+//     before waiting (rmsnorm before the GEMVs) call pdl_trigger() first. Triggering at the tail
+//     (each GEMV block after its last weight loads, mlp2's producer after its last copy) was slower
+//     too: 411.9 against 468.8 tokens/s at batch 1, 1282 against 1623 at batch 8 (20b, 1k context,
+//     2026-12-01): the waiting blocks of the next kernel still hold SM slots the tail needs.
 //   - a kernel may read constant data (weights) before pdl_enter(), never data a kernel writes.
 //   - kernels launched any other way (cuBLASLt, the <<<>>> syntax) get the ordinary full dependency.
 // $OSPREY_PDL=0 launches without the attribute (pdl_enter() then returns at once): for A/B timing.

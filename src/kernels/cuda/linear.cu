@@ -15,6 +15,7 @@
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/rmsnorm_row.cuh"
 
 #define CUBLAS_CHECK(expr)                                                                          \
     do {                                                                                            \
@@ -64,6 +65,9 @@ struct GemvParams {
     int n_tokens, n_out, n_in, ldx, ldy;
     int xs_ld;  // row stride of x in shared memory (elements): xs_ld % 64 == 32
     bool accumulate;
+    GemvNorm norm;            // kNorm: x = this norm of the residual, computed in every CTA
+    const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
+    const float* acc_moe_w;
 };
 
 // Row stride of the staged x: K rounded up to 64 elements plus 32, so that rows g and g + 1 of one
@@ -78,7 +82,7 @@ size_t gemv_smem_bytes(int tiles, int t, int k) {
     return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k) * sizeof(bf16);
 }
 
-template <int kTiles, bool kF32>
+template <int kTiles, bool kF32, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
     constexpr int kUnroll = kGemvLoads / kTiles;  // adjacent chunks per warp and round
     constexpr int kRows = 8 * kTiles;             // output rows per row block
@@ -126,14 +130,32 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
     pdl_enter();
 
-    // x[T, K] -> xs[T, xs_ld], 16 bytes per thread and step (K, ldx multiples of 8; x 16-byte aligned).
     const int vecs_per_row = K / 8;
-    for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
-        const int t = v / vecs_per_row, j = v % vecs_per_row;
-        *reinterpret_cast<uint4*>(xs + size_t(t) * p.xs_ld + 8 * j) =
-            __ldg(reinterpret_cast<const uint4*>(p.x + size_t(t) * p.ldx + 8 * j));
+    if constexpr (kNorm) {
+        // xs[t] = rmsnorm(res[t] + MoE slots) · gain, bit-identical to the rmsnorm kernel's rows.
+        for (int t = 0; t < p.n_tokens; ++t) {
+            if (t > 0) __syncthreads();  // rmsnorm_row's reduction scratch is reused
+            const size_t r = size_t(t) * K;
+            rmsnorm_row<kGemvThreads>(p.norm.res + r, nullptr, p.norm.moe_y ? p.norm.moe_y + 4 * r : nullptr,
+                                      p.norm.moe_w ? p.norm.moe_w + 4 * t : nullptr, nullptr, p.norm.gain, K,
+                                      p.norm.eps, reinterpret_cast<__nv_bfloat162*>(xs + size_t(t) * p.xs_ld));
+        }
+        __syncthreads();
+        if (blockIdx.x == 0 && p.norm.h)  // the normed rows for later kernels
+            for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
+                const int t = v / vecs_per_row, j = v % vecs_per_row;
+                *reinterpret_cast<uint4*>(p.norm.h + size_t(t) * K + 8 * j) =
+                    *reinterpret_cast<const uint4*>(xs + size_t(t) * p.xs_ld + 8 * j);
+            }
+    } else {
+        // x[T, K] -> xs[T, xs_ld], 16 bytes per thread and step (K, ldx multiples of 8; x 16-byte aligned).
+        for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
+            const int t = v / vecs_per_row, j = v % vecs_per_row;
+            *reinterpret_cast<uint4*>(xs + size_t(t) * p.xs_ld + 8 * j) =
+                __ldg(reinterpret_cast<const uint4*>(p.x + size_t(t) * p.ldx + 8 * j));
+        }
+        __syncthreads();
     }
-    __syncthreads();
 
     float acc[kTiles][4];
 #pragma unroll
@@ -184,7 +206,20 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
                     if constexpr (kF32) {
                         if (p.bias) v += static_cast<const float*>(p.bias)[row];
                         float* y = static_cast<float*>(p.y) + size_t(t) * p.ldy + row;
-                        *y = p.accumulate ? *y + v : v;
+                        if (p.accumulate) {
+                            float base = *y;
+                            if (p.acc_moe_y) {  // the previous block's MoE residual add, in rmsnorm's order
+                                float dv = 0.f;
+#pragma unroll
+                                for (int k = 0; k < 4; ++k)
+                                    dv += __ldcg(p.acc_moe_w + 4 * t + k) *
+                                          __ldcg(p.acc_moe_y + (size_t(t) * 4 + k) * N + row);
+                                base += dv;
+                            }
+                            *y = base + v;
+                        } else {
+                            *y = v;
+                        }
                     } else {
                         if (p.bias) v += __bfloat162float(static_cast<const __nv_bfloat16*>(p.bias)[row]);
                         static_cast<__nv_bfloat16*>(p.y)[size_t(t) * p.ldy + row] = __float2bfloat16_rn(v);
@@ -226,7 +261,7 @@ int smem_optin() {
 
 // x of T tokens fits in shared memory with the largest row block (T = 8: K up to ~13k).
 bool gemv_fits(int n_tokens, int n_in) {
-    return gemv_smem_bytes(4, n_tokens, n_in) <= size_t(smem_optin());
+    return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
@@ -245,12 +280,17 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .ldx = ldx,
                        .ldy = ldy,
                        .xs_ld = gemv_xs_ld(a.n_in),
-                       .accumulate = a.accumulate};
+                       .accumulate = a.accumulate,
+                       .norm = a.norm,
+                       .acc_moe_y = a.acc_moe_y,
+                       .acc_moe_w = a.acc_moe_w};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
-            cuda::launch(gemv_kernel<kTiles, kF32>, grid, kGemvThreads, smem, stream, p);
+            dispatch_bool(a.norm.res != nullptr, [&]<bool kNorm>() {
+                cuda::launch(gemv_kernel<kTiles, kF32, kNorm>, grid, kGemvThreads, smem, stream, p);
+            });
         });
     });
     CUDA_CHECK(cudaGetLastError());
@@ -326,12 +366,23 @@ void gemv_wide(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
 // K = 4096 is 66 KB). Done by Blas's constructor, before any graph capture (not a stream operation).
 void gemv_configure() {
     const int smem_limit = smem_optin();
-    for (auto kernel : {gemv_kernel<1, false>, gemv_kernel<1, true>, gemv_kernel<2, false>, gemv_kernel<2, true>,
-                        gemv_kernel<4, false>, gemv_kernel<4, true>})
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit));
+    for (auto kernel : {gemv_kernel<1, false, false>, gemv_kernel<1, true, false>, gemv_kernel<2, false, false>,
+                        gemv_kernel<2, true, false>, gemv_kernel<4, false, false>, gemv_kernel<4, true, false>,
+                        gemv_kernel<1, false, true>, gemv_kernel<1, true, true>, gemv_kernel<2, false, true>,
+                        gemv_kernel<2, true, true>, gemv_kernel<4, false, true>, gemv_kernel<4, true, true>}) {
+        cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        smem_limit - int(attr.sharedSizeBytes)));
+    }
 }
 
 }  // namespace
+
+bool gemv_norm_supported(int n_tokens, int n_in) {
+    return n_tokens >= 1 && n_tokens <= kGemvMaxTokens && n_in % 8 == 0 && n_in <= kRmsNormMaxChannels &&
+           gemv_fits(n_tokens, n_in);
+}
 
 struct Blas::Plan {
     cublasLtMatmulDesc_t op = nullptr;
@@ -403,7 +454,14 @@ Blas::Plan& Blas::plan_for(const LinearArgs& a) {
 void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.n_tokens > 0 && a.n_out > 0 && a.n_in > 0, "linear: empty shape T=", a.n_tokens, " N=", a.n_out,
                  " K=", a.n_in);
-    OSPREY_CHECK(a.x && a.w && a.y, "linear: null pointer");
+    const bool fused = a.norm.res != nullptr || a.acc_moe_y != nullptr;
+    OSPREY_CHECK((a.x || a.norm.res) && a.w && a.y, "linear: null pointer");
+    OSPREY_CHECK(!a.norm.res || (!a.x && a.norm.gain && (!a.norm.moe_y || a.norm.moe_w) &&
+                                 a.n_in <= kRmsNormMaxChannels && a.n_in % 8 == 0),
+                 "linear: the norm prologue takes no x, needs the gain (and moe_w with moe_y) and K a multiple of 8 up "
+                 "to ", kRmsNormMaxChannels, " (K=", a.n_in, ")");
+    OSPREY_CHECK(!a.acc_moe_y || (a.acc_moe_w && a.accumulate && a.y_f32 && (a.ldy == 0 || a.ldy == a.n_out)),
+                 "linear: acc_moe_y needs acc_moe_w and a dense accumulating f32 output");
     OSPREY_CHECK(!a.accumulate || a.y_f32, "linear: accumulating into a bf16 output is not supported (f32 only)");
     OSPREY_CHECK((a.ldx == 0 || a.ldx >= a.n_in) && (a.ldy == 0 || a.ldy >= a.n_out),
                  "linear: row stride smaller than the row (ldx ", a.ldx, ", ldy ", a.ldy, ")");
@@ -411,6 +469,17 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     const bool wide_ok = a.n_tokens <= kGemvMaxTokens && a.n_in % 8 == 0 && ldx % 8 == 0 && aligned16(a.x) &&
                          aligned16(a.w);
     const bool gemv_ok = wide_ok && gemv_fits(a.n_tokens, a.n_in);
+    if (fused) {  // only the GEMV kernel has the norm prologue and the MoE residual add
+        OSPREY_CHECK(gemv_norm_supported(a.n_tokens, a.n_in) && a.path != LinearPath::blas &&
+                         a.path != LinearPath::gemv_wide,
+                     "linear: the norm prologue and acc_moe_y need the GEMV path (T=", a.n_tokens, ", K=", a.n_in,
+                     ")");
+        OSPREY_CHECK(aligned16(a.w) && (a.x ? aligned16(a.x) && ldx % 8 == 0 : true) &&
+                         (!a.norm.h || aligned16(a.norm.h)) && (!a.norm.res || aligned16(a.norm.res)),
+                     "linear: the GEMV path needs 16-byte aligned W, x, h and residual");
+        gemv(a, ldx, ldy, stream);
+        return;
+    }
     OSPREY_CHECK(a.path != LinearPath::gemv_wide || wide_ok, "linear: the wide GEMV path needs <= ", kGemvMaxTokens,
                  " tokens, K and ldx multiples of 8 and 16-byte aligned x, W (T=", a.n_tokens, ", K=", a.n_in, ")");
     if (a.path == LinearPath::gemv_wide ||

@@ -37,6 +37,23 @@ inline constexpr int kGemvWideMinOut = 65536;  // automatic: gemv_wide for T = 1
 inline constexpr int kGemvAutoTokens = 8;  // automatic picks it up to this many: with the weight read once
                                            // whatever T is, it should beat cuBLASLt at every T <= 8
 
+// The GEMV path's RMSNorm prologue (decode): x is not read from memory but computed in every CTA as
+// rmsnorm(res + Σ_k moe_w[k]·moe_y[k]) · gain, exactly as rmsnorm() computes it (rmsnorm_row.cuh),
+// so the separate norm kernel and its launch leave the step. Unlike rmsnorm(), the residual is not
+// written: the caller adds the MoE slots to it later (LinearArgs::acc_moe_y on the out-projection).
+// One CTA also writes the normed rows to h for later kernels (the MoE block reads them). Costs every
+// CTA the rows' L2 reads (T · d floats, four times that with moe_y), so it pays only for small T:
+// gemv_norm_supported() says when it is available, the caller chooses (kGemvNormMaxTokens).
+struct GemvNorm {
+    const float* res = nullptr;    // [T, d] f32 residual stream (read only); null: no prologue
+    const float* moe_y = nullptr;  // [T, 4, d] f32 MoE slot outputs to add first, or null
+    const float* moe_w = nullptr;  // [T, 4] f32 their routing weights
+    const float* gain = nullptr;   // [d] f32
+    bf16* h = nullptr;             // [T, d] bf16: the normed rows, written by one CTA (or null)
+    float eps = 1e-5f;
+};
+inline constexpr int kGemvNormMaxTokens = 2;  // measured: +3.9% at batch 1, -6% at batch 8 (L2 reads)
+
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
     const bf16* x = nullptr;      // [T, ldx] bf16
@@ -51,7 +68,15 @@ struct LinearArgs {
     bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
     LinearPath path = LinearPath::automatic;
     int gemv_rows = 0;            // GEMV rows per CTA: 8, 16 or 32 (0: chosen from N; bench_linear sweeps it)
+    GemvNorm norm{};              // GEMV path only: x = this norm of the residual (x must then be null)
+    // GEMV path, accumulate only: y = (y + Σ_k acc_moe_w[t,k]·acc_moe_y[t,k,:]) + x·Wᵀ + b, the MoE
+    // residual add of the previous block fused (the sum in rmsnorm's order); N = d of the slots.
+    const float* acc_moe_y = nullptr;  // [T, 4, N] f32, or null
+    const float* acc_moe_w = nullptr;  // [T, 4] f32
 };
+
+// Whether the GEMV path (and so GemvNorm and acc_moe_y) serves T tokens of K inputs.
+bool gemv_norm_supported(int n_tokens, int n_in);
 
 // One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen
 // algorithm) per shape, so that steady-state calls do no heuristic queries and can be captured

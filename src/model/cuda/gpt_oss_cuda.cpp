@@ -1,7 +1,9 @@
 #include "model/cuda/gpt_oss_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 #include "core/bf16.h"
 #include "core/check.h"
@@ -534,6 +536,15 @@ void CudaRunner::run_step(const Step& step) {
     unembed(step);
 }
 
+bool CudaRunner::fuse_norms(int T) const {
+    static const bool enabled = [] {
+        const char* v = std::getenv("OSPREY_FUSED_NORMS");
+        return !(v && std::string_view(v) == "0");
+    }();
+    return enabled && !dump_ && capture_layers_.empty() && !sharded() && T <= cuda::kGemvNormMaxTokens &&
+           cuda::gemv_norm_supported(T, config_.d_model);
+}
+
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b.
 void CudaRunner::attention_block(int layer, const Step& step) {
     const Config& c = config_;
@@ -544,12 +555,19 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     const int qkv_width = d.q_dim + 2 * d.kv_dim;
 
     // h = rmsnorm(x + moe of the previous block) · gain                 [T, d_model] bf16
-    // (the previous block's MoE residual add is fused here; dumps keep the CPU reference's order)
-    cuda::RmsNormArgs norm{.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .n_tokens = T, .d = c.d_model,
-                           .eps = c.norm_eps};
-    if (layer > 0) a.add_moe(norm);
-    cuda::rmsnorm(norm, stream_);
-    mark("attn_norm");
+    // (the previous block's MoE residual add is fused here; dumps keep the CPU reference's order).
+    // Decode-sized steps fold the norm into the qkv GEMV's prologue and leave the MoE residual add
+    // to the out-projection's epilogue (linear.h: GemvNorm, acc_moe_y): one kernel less per block.
+    const bool fuse_norm = fuse_norms(T);
+    const bool moe_pending = layer > 0 && fuse_norm;
+    OSPREY_CHECK(!moe_pending || a.moe_out.y, "forward: fused norms need the MoE block's per-slot outputs");
+    if (!fuse_norm) {
+        cuda::RmsNormArgs norm{.y = a.h, .x = a.x, .gain = w.attn_norm.get(), .n_tokens = T, .d = c.d_model,
+                               .eps = c.norm_eps};
+        if (layer > 0) a.add_moe(norm);
+        cuda::rmsnorm(norm, stream_);
+        mark("attn_norm");
+    }
     if (layer > 0) dump("resid_mlp", layer - 1, a.x, T, c.d_model, false);
     // EAGLE-3: x now holds the residual stream after block layer - 1
     for (size_t j = 0; j < capture_layers_.size(); ++j)
@@ -560,9 +578,14 @@ void CudaRunner::attention_block(int layer, const Step& step) {
         }
     dump("attn_norm", layer, a.h, T, c.d_model, true);
     // qkv = h · Wqkvᵀ + b (q, k, v weights concatenated: one GEMM)      [T, q_dim + 2 kv_dim]
-    blas_->linear({.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,
-                   .n_out = qkv_width, .n_in = c.d_model},
-                  stream_);
+    cuda::LinearArgs qkv{.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,
+                         .n_out = qkv_width, .n_in = c.d_model};
+    if (fuse_norm) {
+        qkv.x = nullptr;
+        qkv.norm = {.res = a.x, .gain = w.attn_norm.get(), .h = nullptr, .eps = c.norm_eps};
+        if (moe_pending) qkv.norm.moe_y = a.moe_out.y, qkv.norm.moe_w = a.moe_out.w;
+    }
+    blas_->linear(qkv, stream_);
     mark("qkv");
     // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin); in decode-only
     // steps it also appends this step's k, v to the cache (before attention: equivalent for one token)
@@ -630,8 +653,10 @@ void CudaRunner::attention_block(int layer, const Step& step) {
         return;
     }
     // x += attn · Woutᵀ + b (projection, bias and residual add in one GEMM) [T, d_model] f32
+    // (fused norms: x += the previous block's MoE slots first, in the norm's order)
     blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
-                   .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true, .accumulate = true},
+                   .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true, .accumulate = true,
+                   .acc_moe_y = moe_pending ? a.moe_out.y : nullptr, .acc_moe_w = moe_pending ? a.moe_out.w : nullptr},
                   stream_);
     mark("out_proj");
     dump("resid_attn", layer, a.x, T, c.d_model, false);
@@ -646,11 +671,15 @@ void CudaRunner::moe_block(int layer, const Step& step) {
     const int T = step.n_tokens;
 
     // h = rmsnorm(x) · gain                                             [T, d_model] bf16
-    // (attention TP: x += the reduced out-projection first)
-    cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.mlp_norm.get(), .delta = dims_.attn_reduce ? a.proj : nullptr,
-                   .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
-                  stream_);
-    mark("mlp_norm");
+    // (attention TP: x += the reduced out-projection first; decode-sized steps: in the router GEMV's
+    // prologue, which also writes h for the experts)
+    const bool fuse_norm = fuse_norms(T);
+    if (!fuse_norm) {
+        cuda::rmsnorm({.y = a.h, .x = a.x, .gain = w.mlp_norm.get(), .delta = dims_.attn_reduce ? a.proj : nullptr,
+                       .n_tokens = T, .d = c.d_model, .eps = c.norm_eps},
+                      stream_);
+        mark("mlp_norm");
+    }
     if (dims_.attn_reduce) dump("resid_attn", layer, a.x, T, c.d_model, false);
     dump("mlp_norm", layer, a.h, T, c.d_model, true);
     if (dims_.dp) {  // (attention DP: the router and experts on every group's tokens)
@@ -661,9 +690,13 @@ void CudaRunner::moe_block(int layer, const Step& step) {
         return;
     }
     // router logits = h · Wgateᵀ + b                                   [T, n_experts] f32
-    blas_->linear({.y = a.router, .x = a.h, .w = w.router_w.get(), .bias = w.router_b.get(), .n_tokens = T,
-                   .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true},
-                  stream_);
+    cuda::LinearArgs router{.y = a.router, .x = a.h, .w = w.router_w.get(), .bias = w.router_b.get(),
+                            .n_tokens = T, .n_out = c.n_experts, .n_in = c.d_model, .y_f32 = true};
+    if (fuse_norm) {
+        router.x = nullptr;
+        router.norm = {.res = a.x, .gain = w.mlp_norm.get(), .h = a.h, .eps = c.norm_eps};
+    }
+    blas_->linear(router, stream_);
     mark("router");
     dump("router_logits", layer, a.router, T, c.n_experts, false);
     // top-4 on the raw logits, softmax over those four; experts (MXFP4) with clamped SwiGLU; the

@@ -136,6 +136,9 @@ private:
     };
     static Dims make_dims(const Config& c, const CudaRunnerOptions& o);
     bool sharded() const { return options_.shard.has_value(); }
+    // Whether a step of T tokens folds each block's norms into GEMV prologues (decode sizes, one GPU,
+    // no dumps or hidden-state captures; $OSPREY_FUSED_NORMS=0 turns it off for A/B runs).
+    bool fuse_norms(int T) const;
     void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
     void distributed_greedy(std::vector<int32_t>& out);
     // Attention DP: the MoE of every DP group's tokens (this group's n_local rows of a.h in, its rows

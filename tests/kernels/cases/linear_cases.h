@@ -16,6 +16,8 @@
 
 #include "kernels/cases/harness.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/rmsnorm.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/linear.h"
 
 namespace osprey::cases::linear {
@@ -31,7 +33,24 @@ struct Case {
     int ldx = 0, ldy = 0;     // row strides (0: dense)
     cuda::LinearPath path = cuda::LinearPath::automatic;
     int gemv_rows = 0;  // GEMV rows per CTA (0: the kernel's choice from N)
+    // The GEMV's fused decode parts (linear.h): x = rmsnorm(residual [+ MoE slots]) in the prologue
+    // (norm, norm_moe), and y += the MoE slots before the accumulation (acc_moe).
+    bool norm = false, norm_moe = false, acc_moe = false;
 };
+
+// The fused-norm variant of a case: the residual, MoE slots and gain it reads, the rows it normalises.
+struct NormInputs {
+    cuda::DeviceBuffer<float> res, moe_y, moe_w, gain;
+    cuda::DeviceBuffer<bf16> h;
+};
+inline NormInputs norm_inputs(const Case& c, uint32_t seed) {
+    const size_t tk = size_t(c.t) * c.k;
+    return {.res = device_uniform<float>(tk, stream_seed(seed, 5), -2.f, 2.f),
+            .moe_y = device_uniform<float>(c.norm_moe ? 4 * tk : 0, stream_seed(seed, 6), -1.f, 1.f),
+            .moe_w = device_uniform<float>(c.norm_moe ? 4 * size_t(c.t) : 0, stream_seed(seed, 7), 0.f, 0.5f),
+            .gain = device_uniform<float>(c.k, stream_seed(seed, 8), 0.5f, 1.5f),
+            .h = poisoned<bf16>(tk)};
+}
 
 inline Result run(const Case& c, Mode mode) {
     Result r;
@@ -61,8 +80,18 @@ inline Result run(const Case& c, Mode mode) {
     cuda::LinearArgs a{.y = y, .x = d_x.get(), .w = d_w.get(), .bias = bias, .n_tokens = c.t, .n_out = c.n,
                        .n_in = c.k, .ldx = c.ldx, .ldy = c.ldy, .y_f32 = c.f32, .accumulate = c.accumulate,
                        .path = c.path, .gemv_rows = c.gemv_rows};
+    NormInputs ni = norm_inputs(c, r.seed);
+    if (c.norm) {
+        a.x = nullptr;
+        a.norm = {.res = ni.res.get(), .gain = ni.gain.get(), .h = ni.h.get(), .eps = 1e-5f};
+        if (c.norm_moe) a.norm.moe_y = ni.moe_y.get(), a.norm.moe_w = ni.moe_w.get();
+    }
+    // acc_moe: MoE slots [T, 4, N] added into y before the accumulation
+    auto d_acc_y = device_uniform<float>(c.acc_moe ? 4 * size_t(c.t) * c.n : 0, stream_seed(r.seed, 9), -1.f, 1.f);
+    auto d_acc_w = device_uniform<float>(c.acc_moe ? 4 * size_t(c.t) : 0, stream_seed(r.seed, 10), 0.f, 0.5f);
+    if (c.acc_moe) a.acc_moe_y = d_acc_y.get(), a.acc_moe_w = d_acc_w.get();
 
-    if (mode == Mode::perf) {
+    if (mode == Mode::perf) {  // (the fused variants read the same residual every run: L2-resident, as in a step)
         const double us = time_us(
             [&](int i) {
                 cuda::LinearArgs ai = a;
@@ -79,12 +108,56 @@ inline Result run(const Case& c, Mode mode) {
     blas.linear(a, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     // Reference on the dense (unstrided) x, from the exact bf16 values.
-    const std::vector<bf16> x = d_x.download(size_t(c.t) * ldx), w = d_w.download(w_elems);
+    std::vector<bf16> x = d_x.download(size_t(c.t) * ldx);
+    const std::vector<bf16> w = d_w.download(w_elems);
+    if (c.norm) {
+        // The prologue's rows must be bit-identical to the rmsnorm kernel's on the same inputs (which also
+        // writes the residual: given a copy), and close to the CPU reference's; the product is then checked
+        // on those rows.
+        const size_t tk = size_t(c.t) * c.k;
+        auto res_copy = clone(ni.res, tk);
+        auto h_kernel = poisoned<bf16>(tk);
+        cuda::RmsNormArgs na{.y = h_kernel.get(), .x = res_copy.get(), .gain = ni.gain.get(), .n_tokens = c.t,
+                             .d = c.k, .eps = 1e-5f};
+        if (c.norm_moe) na.moe_y = ni.moe_y.get(), na.moe_w = ni.moe_w.get();
+        cuda::rmsnorm(na, nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        const std::vector<bf16> h = ni.h.download(tk), hk = h_kernel.download(tk);
+        std::vector<uint16_t> hb(tk), hkb(tk);
+        for (size_t i = 0; i < tk; ++i) hb[i] = h[i].bits, hkb[i] = hk[i].bits;
+        expect_equal(r, hb, hkb, "norm prologue rows vs the rmsnorm kernel's (bf16 bits)");
+        const std::vector<float> res = ni.res.download(tk), gain = ni.gain.download(c.k);
+        const std::vector<float> my = ni.moe_y.download(c.norm_moe ? 4 * tk : 0);
+        const std::vector<float> mw = ni.moe_w.download(c.norm_moe ? 4 * size_t(c.t) : 0);
+        std::vector<float> v(res), nv(tk);
+        if (c.norm_moe)
+            for (int t = 0; t < c.t; ++t)
+                for (int i = 0; i < c.k; ++i) {
+                    float dv = 0.f;
+                    for (int k = 0; k < 4; ++k) dv += mw[4 * t + k] * my[(size_t(t) * 4 + k) * c.k + i];
+                    v[size_t(t) * c.k + i] += dv;
+                }
+        cpu::rmsnorm(nv, v, gain, c.t, c.k, 1e-5f);
+        // one bf16 rounding of a value the GPU computes in another order: 2^-8 relative
+        expect_close(r, to_float(h), to_double(nv), 1e-6, 1.0 / 128, "norm prologue rows vs the CPU reference");
+        x.assign(tk, bf16{});
+        for (size_t i = 0; i < tk; ++i) x[i] = h[i];
+    }
+    const int ldx_ref = c.norm ? c.k : ldx;
     std::vector<float> xf(size_t(c.t) * c.k), want(size_t(c.t) * c.n);
     for (int t = 0; t < c.t; ++t)
-        for (int i = 0; i < c.k; ++i) xf[size_t(t) * c.k + i] = bf16_to_float(x[size_t(t) * ldx + i]);
+        for (int i = 0; i < c.k; ++i) xf[size_t(t) * c.k + i] = bf16_to_float(x[size_t(t) * ldx_ref + i]);
     cpu::matmul_bf16w(want, xf, w, c.bias ? b : std::vector<float>{}, c.t, c.k, c.n);
-    const std::vector<float> y0 = c.f32 ? d_y0f.download(y_elems) : to_float(d_y0b.download(y_elems));
+    std::vector<float> y0 = c.f32 ? d_y0f.download(y_elems) : to_float(d_y0b.download(y_elems));
+    if (c.acc_moe) {  // y0 + the slots, in the norm's order (exact in f32 as the kernel does it)
+        const std::vector<float> my = d_acc_y.download(4 * size_t(c.t) * c.n), mw = d_acc_w.download(4 * size_t(c.t));
+        for (int t = 0; t < c.t; ++t)
+            for (int j = 0; j < c.n; ++j) {
+                float dv = 0.f;
+                for (int k = 0; k < 4; ++k) dv += mw[4 * t + k] * my[(size_t(t) * 4 + k) * c.n + j];
+                y0[size_t(t) * ldy + j] += dv;
+            }
+    }
     const std::vector<float> yv = c.f32 ? d_yf.download(y_elems) : to_float(d_yb.download(y_elems));
     std::vector<float> got(size_t(c.t) * c.n);
     std::vector<double> ref(got.size());
@@ -128,6 +201,16 @@ inline std::vector<Case> cases() {
          {.t = 3, .n = 40, .k = 4096, .f32 = true, .accumulate = true, .path = LinearPath::gemv_wide});
     edge("gemv_wide_unembedding_f32",
          {.t = 1, .n = 201088, .k = 2880, .bias = false, .f32 = true, .path = LinearPath::gemv_wide});
+    // The fused decode parts (linear.h: GemvNorm, acc_moe_y): real shapes at T = 1, 3, 8, tile edges.
+    edge("norm_prologue_qkv_t1", {.t = 1, .n = 5120, .k = 2880, .norm = true});
+    edge("norm_prologue_moe_qkv_t3", {.t = 3, .n = 5120, .k = 2880, .norm = true, .norm_moe = true});
+    edge("norm_prologue_moe_qkv_t8", {.t = 8, .n = 5120, .k = 2880, .norm = true, .norm_moe = true});
+    edge("norm_prologue_router20b_t1", {.t = 1, .n = 32, .k = 2880, .f32 = true, .norm = true});
+    edge("norm_prologue_router120b_t8", {.t = 8, .n = 128, .k = 2880, .f32 = true, .norm = true});
+    edge("norm_prologue_odd_rows", {.t = 5, .n = 13, .k = 72, .norm = true, .norm_moe = true});
+    edge("acc_moe_out_proj_t1", {.t = 1, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .acc_moe = true});
+    edge("acc_moe_out_proj_t8", {.t = 8, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .acc_moe = true});
+    edge("acc_moe_odd_rows", {.t = 2, .n = 19, .k = 64, .f32 = true, .accumulate = true, .acc_moe = true});
 
     // gpt-oss shapes x tokens x path: bench_linear's lines before the tables (same labels).
     struct Shape {
@@ -155,6 +238,17 @@ inline std::vector<Case> cases() {
                .path = LinearPath::gemv_wide};
         c.label = str("linear unembed T=", tokens, " gemv_wide");
         t.push_back(c);
+    }
+    // The fused decode variants against the plain GEMV lines above (perf only).
+    for (int tokens : {1, 8}) {
+        Case q{.use = Use::perf_only, .t = tokens, .n = 5120, .k = 2880, .norm = true, .norm_moe = true};
+        q.label = str("linear qkv T=", tokens, " gemv+norm+moe");
+        Case o{.use = Use::perf_only, .t = tokens, .n = 2880, .k = 4096, .f32 = true, .accumulate = true,
+               .acc_moe = true};
+        o.label = str("linear out+resid T=", tokens, " gemv+moe");
+        Case rt{.use = Use::perf_only, .t = tokens, .n = 32, .k = 2880, .f32 = true, .norm = true};
+        rt.label = str("linear router20b T=", tokens, " gemv+norm");
+        t.insert(t.end(), {q, o, rt});
     }
     // The GEMV at each rows-per-CTA choice, to check the automatic one (perf only; test_gemv.cu checks them).
     for (const Shape& s : shapes)
