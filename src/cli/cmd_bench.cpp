@@ -38,7 +38,8 @@ constexpr const char* kHelp =
     "usage: osprey bench prefill [common] [--lengths 1024,2048,4096,8192,16384,32768] [--repeats 5] [--warmup 1]\n"
     "       osprey bench decode  [common] [--batches 1,2,4,8,16,32,64,128] [--contexts 8192,32768]\n"
     "                            [--speculative ngram|draft [--num-speculative-tokens K]\n"
-    "                             [--forced-accept-len 0,1,2,3,4] [--draft-model DIR] [--eagle3-model DIR]]\n"
+    "                             [--forced-accept-len 0,1,2,3,4] [--forced-accept-fraction 0.5,0.8]\n"
+    "                             [--spec-adaptive 1] [--draft-model DIR] [--eagle3-model DIR]]\n"
     "                            [--steps 32] [--warmup 4] [--kv-fill prefill|copy|shared]\n"
     "       osprey bench serve   [--url http://127.0.0.1:8000] [--served-model ID] [--api-key KEY]\n"
     "                            [--concurrency 1,2,4,8,16,32,64,128] [--requests N] [--request-rate R]\n"
@@ -60,8 +61,12 @@ constexpr const char* kHelp =
     "  once and shares its pages (see docs/benchmarks.md). Batch sizes whose KV cache does not fit\n"
     "  are skipped and listed. With --speculative, decode runs through the engine instead: the batch\n"
     "  without speculation, then with it at each --forced-accept-len L (a test mode accepting the first\n"
-    "  L proposals: mean accepted length L + 1 on random weights), tokens/s against accepted length\n"
-    "  (docs/speculative.md).\n"
+    "  L proposals: mean accepted length L + 1 on random weights) and each --forced-accept-fraction F\n"
+    "  (each proposal accepted with probability F), or at the proposer's own acceptance when neither is\n"
+    "  given; tokens/s against accepted length (docs/speculative.md). Speculative runs default to\n"
+    "  --steps 128 --warmup 64, so that the timed steps see the adaptive policy's and the back-off's\n"
+    "  steady state (and every verify shape's CUDA graph captured); --spec-adaptive 0 proposes on every\n"
+    "  step (the policy off).\n"
     "serve: streamed chat completions against a running server at each concurrency (Poisson arrivals\n"
     "  at --request-rate req/s, or all at once when 0); TTFT, inter-token latency, TPOT, end-to-end\n"
     "  latency percentiles and throughput. Reasoning deltas count as generated tokens. --endpoint\n"
@@ -229,10 +234,22 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
     base.num_tokens = int_flag(a, "num-speculative-tokens", base.num_tokens, 1, 16);
     base.ngram_min = int_flag(a, "ngram-min", base.ngram_min, 1, 64);
     base.ngram_max = int_flag(a, "ngram-max", std::max(base.ngram_max, base.ngram_min), 1, 64);
+    base.adaptive = int_flag(a, "spec-adaptive", 1, 0, 1) == 1;
     const int k = base.num_tokens;
     std::vector<int> lens;
     if (a.has("forced-accept-len")) lens = parse_int_list("forced-accept-len", a.get("forced-accept-len"), 0);
     for (int l : lens) OSPREY_CHECK(l >= 0 && l <= k, "--forced-accept-len values must be in [0, k = ", k, "]");
+    std::vector<double> fractions;
+    if (a.has("forced-accept-fraction")) {
+        std::stringstream ss(a.get("forced-accept-fraction"));
+        for (std::string item; std::getline(ss, item, ',');) {
+            char* end = nullptr;
+            const double f = std::strtod(item.c_str(), &end);
+            OSPREY_CHECK(!item.empty() && end && *end == '\0' && f >= 0.0 && f <= 1.0,
+                         "--forced-accept-fraction values must be numbers in [0, 1], got '", item, "'");
+            fractions.push_back(f);
+        }
+    }
     const int max_batch = *std::max_element(o.batches.begin(), o.batches.end());
     std::optional<backends::Runner> draft;
     Backend b = open_backend(a, "decode-speculative", std::max(o.chunk, max_batch * (1 + k)), max_batch * (1 + k));
@@ -263,11 +280,18 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
     for (int context : o.contexts)
         for (int batch : o.batches) {
             double base_rate = 0;
-            // -2: no speculation (the baseline); -1: the proposer's own acceptance; L >= 0: forced.
-            std::vector<int> runs = {-2};
-            if (lens.empty()) runs.push_back(-1);
-            runs.insert(runs.end(), lens.begin(), lens.end());
-            for (int run : runs) {
+            // Each run: no speculation (the baseline), the proposer's own acceptance, forced L, forced F.
+            struct Run {
+                std::string mode;
+                int len = -1;         // forced_accept_len
+                double frac = -1.0;   // forced_accept_fraction
+                bool spec = true;
+            };
+            std::vector<Run> runs = {{.mode = "off", .spec = false}};
+            if (lens.empty() && fractions.empty()) runs.push_back({.mode = "proposer"});
+            for (int l : lens) runs.push_back({.mode = str("forced L=", l), .len = l});
+            for (double f : fractions) runs.push_back({.mode = str("forced F=", fixed(f, 2)), .frac = f});
+            for (const Run& run : runs) {
                 engine::EngineOptions eo;
                 eo.page_size = o.page_size;
                 eo.max_num_seqs = batch;
@@ -275,9 +299,10 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
                 eo.enable_prefix_caching = false;
                 const int max_new = (o.warmup + o.steps + 2) * (k + 1) + 1;
                 eo.max_kv_tokens = int64_t(batch) * (context + max_new + 2 * o.page_size);
-                if (run != -2) {
+                if (run.spec) {
                     eo.speculative = base;
-                    eo.speculative.forced_accept_len = run >= 0 ? run : -1;
+                    eo.speculative.forced_accept_len = run.len;
+                    eo.speculative.forced_accept_fraction = run.frac;
                 }
                 engine::Engine eng(*b.runner, eo);
                 std::vector<std::shared_ptr<engine::RequestStream>> streams;
@@ -311,8 +336,8 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
                 const double accepted = double(s1.n_spec_accepted_tokens - s0.n_spec_accepted_tokens);
                 const double mean_len = verifies > 0 ? (verifies + accepted) / verifies : 1.0;
                 const double rate = tokens / sec;
-                if (run == -2) base_rate = rate;
-                const std::string mode = run == -2 ? "off" : run == -1 ? "proposer" : str("forced L=", run);
+                if (!run.spec) base_rate = rate;
+                const std::string& mode = run.mode;
                 print_line(str("context ", context, " batch ", batch, " ", mode, ": mean accepted length ",
                                fixed(mean_len, 2), ", ", fixed(rate, 1), " tokens/s (", fixed(rate / batch, 1),
                                " per user), step ", fixed(sec / o.steps * 1e3, 3), " ms, ",
@@ -321,7 +346,10 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
                 row.set("context", context);
                 row.set("batch", batch);
                 row.set("mode", mode);
-                row.set("forced_accept_len", run);
+                row.set("forced_accept_len", run.len);
+                row.set("forced_accept_fraction", run.frac);
+                row.set("draft_tokens_per_step",
+                        double(s1.n_spec_draft_tokens - s0.n_spec_draft_tokens) / double(o.steps));
                 row.set("mean_accepted_length", mean_len);
                 row.set("tokens_per_s", rate);
                 row.set("tokens_per_s_per_user", rate / batch);
@@ -338,10 +366,12 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
     settings.set("num_speculative_tokens", k);
     settings.set("steps", o.steps);
     settings.set("warmup", o.warmup);
+    settings.set("adaptive", base.adaptive);
     const std::string md =
         str("# osprey bench decode --speculative ", engine::spec_method_name(base.method), "\n\n",
             benchtool::markdown_run_info(b.info), "- settings: k = ", k, ", ", o.steps, " timed engine steps after ",
-            o.warmup, " warm-up; random prompts, greedy; forced L accepts the first L proposals (test mode)\n\n",
+            o.warmup, " warm-up; random prompts, greedy; forced L accepts the first L proposals, forced F each\n"
+            "  with probability F (test modes); adaptive proposing ", base.adaptive ? "on" : "off", "\n\n",
             benchtool::markdown_table({"context", "batch", "mode", "mean accepted length", "step (ms)",
                                        "tokens/s per user", "total tokens/s", "vs off"},
                                       table));
@@ -352,14 +382,19 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
 int bench_decode(const std::vector<std::string>& argv) {
     std::vector<std::string> flags = kModelFlags;
     flags.insert(flags.end(), {"batches", "contexts", "steps", "kv-fill", "speculative", "num-speculative-tokens",
-                               "ngram-min", "ngram-max", "draft-model", "eagle3-model", "forced-accept-len"});
+                               "ngram-min", "ngram-max", "draft-model", "eagle3-model", "forced-accept-len",
+                               "forced-accept-fraction", "spec-adaptive"});
     const cli::Args a(argv, flags);
     OSPREY_CHECK(a.positional().empty(), "unexpected argument '", a.positional().empty() ? "" : a.positional()[0], "'");
     benchtool::DecodeOptions o;
     if (a.has("batches")) o.batches = parse_int_list("batches", a.get("batches"));
     if (a.has("contexts")) o.contexts = parse_int_list("contexts", a.get("contexts"));
-    o.steps = int_flag(a, "steps", o.steps, 1, 1000000);
-    o.warmup = int_flag(a, "warmup", o.warmup, 0, 1000000);
+    // Speculative runs: long enough for the adaptive policy's and the back-off's steady state (the
+    // back-off reaches its longest pause after ~130 output tokens; a probe at batch 1 runs every few
+    // dozen steps), after a warm-up that also captures the verify shapes' CUDA graphs.
+    const bool spec = a.has("speculative");
+    o.steps = int_flag(a, "steps", spec ? 128 : o.steps, 1, 1000000);
+    o.warmup = int_flag(a, "warmup", spec ? 64 : o.warmup, 0, 1000000);
     o.chunk = int_flag(a, "chunk", o.chunk, 1, 1 << 20);
     o.page_size = cli::page_size_flag(a, o.page_size);
     o.fill = benchtool::parse_kv_fill(a.get("kv-fill", "prefill"));

@@ -7,6 +7,7 @@
 //   --eagle3-model DIR                 an EAGLE-3 head
 //   --forced-accept-len L              test mode: accept the first L proposals whatever the target says
 //   --forced-accept-fraction F         test mode: accept each proposal with probability F
+//   --spec-adaptive 0|1                propose only while acceptance pays at the batch size (default 1)
 #pragma once
 
 #include <memory>
@@ -26,7 +27,8 @@ namespace osprey::cli {
 inline const std::vector<std::string>& speculative_flag_names() {
     static const std::vector<std::string> names = {"speculative",    "num-speculative-tokens", "ngram-min",
                                                    "ngram-max",      "draft-model",            "eagle3-model",
-                                                   "forced-accept-len", "forced-accept-fraction"};
+                                                   "forced-accept-len", "forced-accept-fraction",
+                                                   "spec-adaptive"};
     return names;
 }
 
@@ -38,7 +40,9 @@ inline constexpr const char* kSpeculativeHelp =
     "  --draft-model DIR      the draft checkpoint for --speculative draft\n"
     "  --ngram-min N, --ngram-max N  n-gram sizes the lookup tries, longest first (default 1, 4)\n"
     "  --forced-accept-len L, --forced-accept-fraction F  measuring on random weights: accept the first L\n"
-    "                         proposals, or each with probability F, whatever the model says (NOT exact)\n";
+    "                         proposals, or each with probability F, whatever the model says (NOT exact)\n"
+    "  --spec-adaptive 0|1    1 (default): propose only while the batch's recent acceptance pays for the\n"
+    "                         verify tokens at its size, else probe (docs/speculative.md); 0: every step\n";
 
 // The draft model's runner (or the target's weights, whose embedding an EAGLE-3 head reads), kept
 // alive beside the engine.
@@ -70,6 +74,7 @@ inline SpeculativeSetup speculative_flags(const Args& args, const backends::Runn
     o.ngram_max = int_flag("ngram-max", std::max(o.ngram_max, o.ngram_min));
     o.forced_accept_len = int_flag("forced-accept-len", -1);
     o.forced_accept_fraction = args.get_double("forced-accept-fraction", -1.0);
+    o.adaptive = int_flag("spec-adaptive", 1) != 0;
     if (!o.enabled()) {
         for (const std::string& f : speculative_flag_names())
             OSPREY_CHECK(f == "speculative" || !args.has(f), "--", f, " needs --speculative");

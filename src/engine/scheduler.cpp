@@ -2,6 +2,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "core/check.h"
 
@@ -148,6 +149,7 @@ void Scheduler::set_speculation(Proposer* proposer, const SpeculativeOptions& op
     options.validate();
     proposer_ = options.enabled() ? proposer : nullptr;
     spec_ = options;
+    policy_ = SpecPolicy(options.verify_token_cost, options.probe_share);
     max_position_ = max_position;
 }
 
@@ -172,6 +174,24 @@ void Scheduler::propose(const std::vector<Sequence*>& decodes) {
         r.out = &seq->draft;
         requests.push_back(r);
     }
+    // Adaptive proposing (SpecPolicy): when the batch's recent acceptance does not pay for verify
+    // tokens at this batch size, only probes within the allowance, given to the sequences whose
+    // last proposal is oldest. The forced test modes propose every step.
+    if (spec_.adaptive && !spec_.forced()) {
+        int budget = policy_.step_budget(int(decodes.size()), spec_.num_tokens);
+        if (budget < INT_MAX) {
+            auto last = [&](const DraftRequest& r) { return seqs_.at(r.seq_uid)->spec_last_step; };
+            std::stable_sort(requests.begin(), requests.end(), [&](const DraftRequest& a, const DraftRequest& b) {
+                return std::make_pair(last(a), a.seq_uid) < std::make_pair(last(b), b.seq_uid);
+            });
+            std::erase_if(requests, [&](const DraftRequest& r) {
+                if (r.max_tokens > budget) return true;
+                budget -= r.max_tokens;
+                return false;
+            });
+        }
+    }
+    for (const DraftRequest& r : requests) seqs_.at(r.seq_uid)->spec_last_step = step_;
     if (requests.empty()) return;
     proposer_->propose(requests);
     for (const DraftRequest& r : requests) {
@@ -258,6 +278,7 @@ StepPlan Scheduler::schedule() {
         }
         propose(decodes);
     }
+    int n_verify_tokens = 0;
     for (Sequence* seq : ranked) {
         if (budget == 0) break;
         if (!is_decode(seq)) continue;
@@ -283,7 +304,9 @@ StepPlan Scheduler::schedule() {
         add_chunk(plan, seq, 1 + n_draft, n_draft);
         seq->scheduled_step = step_;
         budget -= 1 + n_draft;
+        n_verify_tokens += n_draft;
     }
+    if (proposer_) policy_.spend(n_verify_tokens);
 
     // 2. The next prefill chunk of running sequences, as large as the budget allows; pages come
     //    from lower-ranked sequences, else the chunk shrinks to the pages available. A sequence
@@ -465,17 +488,18 @@ std::vector<SeqOutput> Scheduler::commit(const StepPlan& plan, std::span<const S
         // Positions [start_pos, start_pos + n_tokens - rejected) keep their K/V: the pending token
         // and the accepted proposals. The rejected ones are taken back (rollback).
         const int n_rejected = c.n_draft - n_accepted;
+        if (c.n_draft > 0 && !spec_.forced()) policy_.observe(c.n_draft, n_accepted);
         // n-gram back-off: lookups that keep proposing what the target refuses cost a wasted
         // verify each (random weights repeat tokens, so they match and miss): after 2 misses in a
-        // row, pause proposing for 1, 2, 4, ... 64 tokens; an accepted proposal resets it. Exact:
-        // only which steps verify changes. Off in the forced measuring modes.
+        // row, pause proposing for about 1, 2, 4, ... 64 tokens; an accepted proposal resets it.
+        // The pause is jittered by the sequence's id to between half and 1.5 times that, so that
+        // sequences which started together do not all probe on the same steps. Exact: only which
+        // steps verify changes. Off in the forced measuring modes.
         if (c.n_draft > 0 && spec_.method == SpecMethod::ngram && !spec_.forced() && !spec_.custom) {
-            constexpr int kMaxSpecPause = 64;
             if (n_accepted > 0) {
                 seq->spec_misses = 0;
             } else if (++seq->spec_misses >= 2) {
-                const int pause = std::min(kMaxSpecPause, 1 << std::min(seq->spec_misses - 2, 6));
-                seq->spec_resume_at = seq->n_output() + 1 + pause;
+                seq->spec_resume_at = seq->n_output() + 1 + spec_backoff_pause(seq->uid, seq->spec_misses);
             }
         }
         const size_t n_before = seq->tokens.size();

@@ -137,6 +137,7 @@ private:
     SchedulerCounters counters_;
     Proposer* proposer_ = nullptr;
     SpeculativeOptions spec_;
+    SpecPolicy policy_{0.1, 0.01};  // set_speculation sets the options' own
     int max_position_ = 0;
 };
 

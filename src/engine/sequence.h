@@ -67,6 +67,7 @@ struct Sequence {
     // no more proposals are made (each further miss doubles the pause, up to kMaxSpecPause tokens).
     int spec_misses = 0;
     int spec_resume_at = 0;
+    uint64_t spec_last_step = 0;  // the scheduler's step of its last proposal (probes go to the oldest)
 
     uint64_t scheduled_step = 0;  // the scheduler's step that last gave this sequence a chunk
     int cached_tokens = -1;       // prefix hit at first admission (usage), -1 before admission

@@ -39,11 +39,45 @@ void SpeculativeOptions::validate() const {
     OSPREY_CHECK(forced_accept_len <= num_tokens, "--forced-accept-len ", forced_accept_len, " exceeds k = ",
                  num_tokens);
     OSPREY_CHECK(forced_accept_fraction <= 1.0, "--forced-accept-fraction must be <= 1, got ", forced_accept_fraction);
+    OSPREY_CHECK(verify_token_cost > 0.0 && probe_share >= 0.0 && probe_share < 1.0,
+                 "speculative policy: verify_token_cost must be > 0 and probe_share in [0, 1), got ", verify_token_cost,
+                 ", ", probe_share);
     OSPREY_CHECK(!(forced_accept_len >= 0 && forced_accept_fraction >= 0.0),
                  "--forced-accept-len and --forced-accept-fraction exclude each other");
     if (custom) return;
     OSPREY_CHECK(method != SpecMethod::draft || draft_runner != nullptr, "--speculative draft needs --draft-model");
     OSPREY_CHECK(method != SpecMethod::eagle3 || !eagle3_dir.empty(), "--speculative eagle3 needs --eagle3-model");
+}
+
+SpecPolicy::SpecPolicy(double verify_token_cost, double probe_share)
+    : r_(verify_token_cost), epsilon_(probe_share), accepted_(4.0), proposed_(4.0) {
+    OSPREY_CHECK(r_ > 0.0 && epsilon_ >= 0.0, "SpecPolicy: cost ", r_, ", probe share ", epsilon_);
+}
+
+double SpecPolicy::break_even(int n_decodes) const {
+    const double br = double(std::max(n_decodes, 1)) * r_;
+    return br / (1.0 + br);
+}
+
+int SpecPolicy::step_budget(int n_decodes, int k) {
+    probing_ = !pays(n_decodes);
+    if (!probing_) return INT_MAX;
+    // Probe tokens worth epsilon of a step of B tokens: epsilon (1 + B r) / r. The allowance keeps
+    // at most one step's growth beyond a whole proposal, so a long pause is not followed by a burst.
+    const double per_step = epsilon_ * (1.0 + double(std::max(n_decodes, 1)) * r_) / r_;
+    allowance_ = std::min(allowance_ + per_step, double(std::max(k, 1)) + per_step);
+    return int(allowance_);
+}
+
+void SpecPolicy::spend(int n_tokens) {
+    if (probing_) allowance_ = std::max(0.0, allowance_ - double(n_tokens));
+}
+
+void SpecPolicy::observe(int n_proposed, int n_accepted) {
+    if (n_proposed <= 0) return;
+    const double decay = std::pow(1.0 - 1.0 / kMemoryTokens, double(n_proposed));
+    accepted_ = accepted_ * decay + double(n_accepted);
+    proposed_ = proposed_ * decay + double(n_proposed);
 }
 
 std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int ngram_min, int ngram_max, int max_tokens) {
@@ -82,6 +116,13 @@ uint64_t mix64(uint64_t x) {
 }
 
 }  // namespace
+
+int spec_backoff_pause(uint64_t seq_uid, int misses) {
+    constexpr int kMaxPauseLog2 = 6;  // 64 tokens
+    const int p = 1 << std::clamp(misses - 2, 0, kMaxPauseLog2);
+    const int jitter = int(mix64(seq_uid * 0x100000001B3ull + uint64_t(misses)) % uint64_t(p));
+    return p - p / 2 + jitter;
+}
 
 std::shared_ptr<Proposer> make_proposer(const SpeculativeOptions& options) {
     options.validate();

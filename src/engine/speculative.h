@@ -23,6 +23,7 @@
 // never overwritten by the rejected positions, and moving the ring's end back is all a rollback does.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,6 +64,12 @@ struct SpeculativeOptions {
     // A proposer of the caller's, used instead of the method's own (tests: an oracle that proposes
     // the target's continuation with planted errors). Its name labels the metrics.
     std::shared_ptr<Proposer> custom;
+    // Adaptive proposing (SpecPolicy below): propose only while what the batch's recent verifies
+    // accepted pays for the verify tokens at this batch size, else probe within a small share of the
+    // step. Off: every decode with a proposal verifies it (the forced test modes always do).
+    bool adaptive = true;
+    double verify_token_cost = 0.1;  // r: one more token in a step costs r one-token decode steps
+    double probe_share = 0.01;       // epsilon: share of step time probes may take while proposing does not pay
 
     bool enabled() const { return method != SpecMethod::none; }
     bool forced() const { return forced_accept_len >= 0 || forced_accept_fraction >= 0.0; }
@@ -102,6 +109,54 @@ public:
         (void)target;
     }
 };
+
+// When proposing pays, batch-wide (deterministic; tests/engine/test_speculative.cpp).
+//
+// Cost model. A step of T tokens costs 1 + T r one-token decode steps: a fixed part (reading the
+// weights, launches) and r per token (attention over its context, the experts it routes to that no
+// other token needed, its share of the GEMMs). r = 0.1 is conservative for gpt-oss on the H200: a
+// 5-token verify at batch 1 cost 1.43x a one-token step on 120b (r ~ 0.11, eager), and 20b's
+// batch-64 decode step is ~4.2x its batch-1 step (r ~ 0.05). A step of B decoding sequences emits
+// B tokens; adding proposals of n tokens whose expected accepted tokens are g per proposed token
+// (the yield) turns it into (B + g n) tokens for 1 + (B + n) r, which is better iff
+//     g > B r / (1 + B r)   (the break-even yield: 0.09 at B = 1, 0.44 at 8, 0.86 at 64),
+// whatever n, so with one batch-wide yield estimate the step proposes for every sequence or for
+// none. This is also rule (3) of issue 16: past the decode-bound regime (B r >> 1) verify tokens
+// cost almost their full share of the step, and only a yield close to 1 pays for them.
+//
+// The yield is an exponential moving average of accepted / proposed over the batch's verifies,
+// decaying per proposed token (memory ~kMemoryTokens), starting optimistic (one proposal's worth
+// of fully accepted tokens) so that a new engine tries. While proposing does not pay, probes keep
+// the estimate alive: an allowance of verify tokens grows by epsilon (1 + B r) / r per step (what
+// costs epsilon of the step) and is spent by whole proposals, in the order of the sequences'
+// last proposal, so at batch 64 one 4-token probe runs about every 5 steps (1% of the time).
+class SpecPolicy {
+public:
+    static constexpr double kMemoryTokens = 64.0;
+    SpecPolicy(double verify_token_cost, double probe_share);
+
+    double yield() const { return accepted_ / proposed_; }
+    double break_even(int n_decodes) const;
+    bool pays(int n_decodes) const { return yield() > break_even(n_decodes); }
+    // Verify tokens this step may carry (call once per step, before proposing): unlimited (INT_MAX)
+    // when proposing pays at n_decodes, else the probe allowance (which grows by this call).
+    int step_budget(int n_decodes, int k);
+    // The verify tokens the step actually carries (taken from the allowance when it was probing).
+    void spend(int n_tokens);
+    // After a verify: tokens proposed and accepted.
+    void observe(int n_proposed, int n_accepted);
+
+private:
+    double r_, epsilon_;
+    double accepted_, proposed_;  // decayed sums (yield = accepted_ / proposed_)
+    double allowance_ = 0.0;      // probe tokens available
+    bool probing_ = false;        // the last step_budget was an allowance
+};
+
+// The n-gram back-off's pause, in output tokens, after `misses` (>= 2) verifies in a row that
+// accepted nothing: p = 2^(misses - 2) capped at 64, jittered by the sequence id to [p - p/2, p + p/2)
+// so that sequences which started together spread their probes over the steps.
+int spec_backoff_pause(uint64_t seq_uid, int misses);
 
 // n-gram lookup over `tokens` (the proposal: up to max_tokens tokens). Exposed for tests.
 std::vector<int32_t> ngram_propose(std::span<const int32_t> tokens, int ngram_min, int ngram_max, int max_tokens);

@@ -300,3 +300,170 @@ TEST(speculative, ngram_backs_off_when_nothing_is_accepted) {
                 (unsigned long long)st.n_spec_verifies, (unsigned long long)st.n_spec_draft_tokens,
                 (unsigned long long)st.n_spec_accepted_tokens, r.max_new_tokens);
 }
+
+// The adaptive policy's numbers (speculative.h, SpecPolicy): break-even yields from the cost model,
+// closing after a batch-64 step whose proposals are all refused, the probe allowance holding probes
+// to epsilon of the step time, and reopening when acceptance returns.
+TEST(speculative, policy_closes_probes_and_reopens) {
+    SpecPolicy p(/*verify_token_cost=*/0.1, /*probe_share=*/0.01);
+    EXPECT_NEAR(p.break_even(1), 0.1 / 1.1, 1e-12);
+    EXPECT_NEAR(p.break_even(64), 6.4 / 7.4, 1e-12);
+    EXPECT_DOUBLE_EQ(p.yield(), 1.0) << "optimistic before any verify";
+    EXPECT_EQ(p.step_budget(64, 4), INT_MAX) << "a new engine proposes for every sequence";
+    p.spend(256);
+    p.observe(256, 0);  // all 64 x 4 refused
+    EXPECT_LT(p.yield(), 0.01);
+    EXPECT_FALSE(p.pays(1));
+    EXPECT_FALSE(p.pays(64));
+    // Probing at batch 64 for 1000 steps: whole 4-token probes whenever the allowance holds one.
+    int probe_tokens = 0;
+    for (int step = 0; step < 1000; ++step) {
+        const int budget = p.step_budget(64, 4);
+        ASSERT_LT(budget, INT_MAX);
+        const int n = budget >= 4 ? 4 : 0;
+        p.spend(n);
+        p.observe(n, 0);
+        probe_tokens += n;
+    }
+    // epsilon (1 + B r) / r = 0.74 tokens per step; their cost n r / (1 + B r) per step is 1%.
+    EXPECT_NEAR(probe_tokens / 1000.0, 0.74, 0.01);
+    EXPECT_LE(probe_tokens * 0.1 / 7.4 / 1000.0, 0.0101);
+    // At batch 1 the allowance grows by 0.11 tokens a step: a 4-token probe every ~36 steps.
+    SpecPolicy q(0.1, 0.01);
+    q.observe(64, 0);
+    int first = -1;
+    for (int step = 0; step < 100 && first < 0; ++step)
+        if (q.step_budget(1, 4) >= 4) first = step;
+    EXPECT_EQ(first, 36);
+    // Acceptance returns: every probe accepted in full. Batch 8 reopens first (break-even 0.44),
+    // batch 64 needs a yield above 0.865.
+    int reopened8 = -1, reopened64 = -1;
+    for (int v = 0; v < 200; ++v) {
+        p.observe(4, 4);
+        if (reopened8 < 0 && p.pays(8)) reopened8 = v;
+        if (reopened64 < 0 && p.pays(64)) reopened64 = v;
+    }
+    EXPECT_GE(reopened8, 0);
+    EXPECT_GT(reopened64, reopened8);
+    EXPECT_EQ(p.step_budget(64, 4), INT_MAX);
+    // Half of every proposal accepted (yield 0.5): pays at batch 8, not at 64.
+    for (int v = 0; v < 200; ++v) p.observe(4, 2);
+    EXPECT_NEAR(p.yield(), 0.5, 0.01);
+    EXPECT_TRUE(p.pays(8));
+    EXPECT_FALSE(p.pays(64));
+}
+
+// The back-off's pauses: about 2^(misses - 2) tokens (capped at 64), jittered per sequence so that
+// sequences which miss together probe on different steps.
+TEST(speculative, backoff_pauses_are_staggered) {
+    for (int misses = 2; misses < 12; ++misses) {
+        const int p = 1 << std::min(misses - 2, 6);
+        std::vector<int> seen(size_t(2 * p), 0);
+        for (uint64_t uid = 1; uid <= 256; ++uid) {
+            const int pause = spec_backoff_pause(uid, misses);
+            ASSERT_GE(pause, p - p / 2) << "misses " << misses;
+            ASSERT_LT(pause, p + (p + 1) / 2) << "misses " << misses;
+            ++seen[size_t(pause)];
+            EXPECT_EQ(pause, spec_backoff_pause(uid, misses)) << "deterministic";
+        }
+        // 256 sequences over p distinct pauses: none holds more than ~3x its share.
+        if (p >= 8) {
+            for (int v = p - p / 2; v < p + p / 2; ++v) EXPECT_LE(seen[size_t(v)], 3 * 256 / p) << "pause " << v;
+        }
+    }
+}
+
+namespace {
+
+// Proposes tokens the fake model's greedy decoding never takes first (its greedy token plus one),
+// so every verify accepts nothing: the no-acceptance cost.
+class WrongProposer : public Proposer {
+public:
+    WrongProposer(int vocab, int window) : vocab_(vocab), window_(window) {}
+    std::string name() const override { return "wrong"; }
+    void propose(std::span<DraftRequest> requests) override {
+        for (DraftRequest& r : requests) {
+            const std::vector<int32_t> history(r.tokens.begin(), r.tokens.end());
+            const auto l = FakeRunner::reference_logits(history, vocab_, window_);
+            const int32_t t = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+            r.out->assign(size_t(r.max_tokens), (t + 1) % vocab_);
+        }
+    }
+
+private:
+    int vocab_, window_;
+};
+
+struct BatchRun {
+    std::vector<std::vector<int32_t>> tokens;
+    EngineStats stats;
+    int steps = 0;
+};
+
+BatchRun run_batch(const FakeRunnerOptions& fo, EngineOptions o, int batch, int max_new) {
+    FakeRunner runner(fo);
+    o.page_size = 4;
+    o.max_num_seqs = batch;
+    o.max_batch_tokens = batch * 8;
+    o.enable_prefix_caching = false;
+    Engine engine(runner, o);
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (int i = 0; i < batch; ++i) {
+        Request r;
+        r.id = std::to_string(i);
+        for (int j = 0; j < 12; ++j) r.prompt.push_back((i * 13 + j * 5) % fo.vocab_size);
+        r.max_new_tokens = max_new;
+        r.sampling.temperature = 0;
+        streams.push_back(engine.submit(r));
+    }
+    BatchRun out;
+    while (engine.step()) ++out.steps;
+    out.stats = engine.stats();
+    for (auto& s : streams) {
+        std::vector<test::SampleOutcome> o2;
+        test::drain(*s, o2);
+        out.tokens.push_back(o2[0].tokens);
+    }
+    return out;
+}
+
+}  // namespace
+
+// Batch 64, every proposal refused: the adaptive policy stops proposing after the first verify step
+// and probes within its allowance (~0.74 tokens a step at batch 64), where proposing on every step
+// would carry 4 wasted tokens per sequence; the output is plain decoding's either way. The forced
+// test mode still proposes (and verifies) on every step.
+TEST(speculative, adaptive_policy_limits_wasted_verifies_at_batch_64) {
+    FakeRunnerOptions fo;
+    fo.vocab_size = 64;
+    fo.sliding_window = 8;
+    fo.kv_budget_bytes = size_t(64) << 20;
+    const int batch = 64, max_new = 100;
+    EngineOptions plain_o;
+    const BatchRun plain = run_batch(fo, plain_o, batch, max_new);
+    EngineOptions o;
+    o.check_invariants = true;
+    o.speculative.method = SpecMethod::ngram;
+    o.speculative.num_tokens = 4;
+    o.speculative.custom = std::make_shared<WrongProposer>(fo.vocab_size, fo.sliding_window);
+    const BatchRun adaptive = run_batch(fo, o, batch, max_new);
+    EXPECT_EQ(adaptive.tokens, plain.tokens);
+    EXPECT_EQ(adaptive.stats.n_spec_accepted_tokens, 0u);
+    // One full step of proposals (the optimistic start), then the allowance.
+    EXPECT_LE(adaptive.stats.n_spec_draft_tokens, uint64_t(batch * 4 + 0.75 * adaptive.steps + 8))
+        << adaptive.steps << " steps";
+    EXPECT_GT(adaptive.stats.n_spec_draft_tokens, 0u) << "it did try";
+
+    EngineOptions always = o;
+    always.speculative.adaptive = false;
+    const BatchRun every = run_batch(fo, always, batch, max_new);
+    EXPECT_EQ(every.tokens, plain.tokens);
+    EXPECT_GT(every.stats.n_spec_draft_tokens, uint64_t(batch) * (max_new - 2) * 3) << "a proposal every step";
+    std::printf("batch 64, nothing accepted, %d steps: %llu verify tokens adaptive, %llu always\n", adaptive.steps,
+                (unsigned long long)adaptive.stats.n_spec_draft_tokens, (unsigned long long)every.stats.n_spec_draft_tokens);
+
+    EngineOptions forced = o;
+    forced.speculative.forced_accept_len = 0;  // the test mode: proposes every step whatever the policy
+    const BatchRun f = run_batch(fo, forced, batch, max_new);
+    EXPECT_GE(f.stats.n_spec_verifies, uint64_t(batch) * (max_new - 5)) << "a verify on every decode step";
+}

@@ -109,7 +109,9 @@ struct CudaRunner::Activations {
 struct CudaRunner::Step {
     int n_tokens = 0;
     int n_logit_rows = 0;
-    bool graph_key_ok = false;  // decode-only step that a CUDA graph can replay
+    bool graph_key_ok = false;  // a step of decodes and verifies, which a CUDA graph can replay
+    bool decode_only = false;   // every slice one token (its graph is captured at first sight)
+    GraphKey graph_key{};
     bool store_in_rope = false; // decode-only step: the RoPE kernel appends K/V (rope.h), no kv_store launch
     const int32_t* tokens = nullptr;      // [T]
     const int32_t* positions = nullptr;   // [T]
@@ -317,10 +319,16 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     std::vector<cuda::AttnSlice> full_slices, window_slices;
     std::vector<cuda::KvStoreSlice> full_store, window_store;
     bool decode_only = true;
+    // Graphs replay steps whose slices are decodes or speculative verifies: short, every token with a
+    // logit row, nothing cached to skip (so the store rows are one per token and the shape is a few
+    // counts). Prefill chunks, replays and prompt scoring run eagerly.
+    bool graphable = true;
     for (const SequenceSlice& sl : batch.slices) {
         for (int i = 0; i < sl.n_tokens; ++i) positions.push_back(sl.start_pos + i);
         for (int i = 0; i < sl.logit_rows(); ++i) logit_rows.push_back(sl.first_logit_token() + i);
         decode_only = decode_only && sl.n_tokens == 1 && sl.want_logits && sl.n_full_kv_cached == 0;
+        graphable = graphable && sl.want_logits && sl.n_logits == sl.n_tokens && sl.n_full_kv_cached == 0 &&
+                    sl.n_tokens <= kMaxGraphSliceTokens && sl.score_targets.empty();
         const int page_offset = int(page_table.size());
         page_table.insert(page_table.end(), sl.pages.begin(), sl.pages.end());
         full_slices.push_back({sl.first_token, sl.n_tokens, sl.start_pos, sl.window_slot, page_offset, 0});
@@ -329,7 +337,8 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
         window_store.push_back({sl.first_token, sl.n_tokens, sl.start_pos, 0, sl.window_slot, {}});
     }
     step.n_logit_rows = int(logit_rows.size());
-    step.graph_key_ok = decode_only && options_.graphs && !dump_ && !profile_;
+    step.graph_key_ok = (decode_only || graphable) && options_.graphs && !dump_ && !profile_;
+    step.decode_only = decode_only;
     const int target = 2 * cuda::sm_count();
     const cuda::AttnPlan full = cuda::plan_attention(full_slices, 0, dims_.n_kv_heads, target, step.graph_key_ok);
     const cuda::AttnPlan window =
@@ -349,9 +358,20 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
         return true;
     };
     step.store_in_rope = decode_only && one_per_token(store_full) && one_per_token(store_window);
+    step.graph_key = {step.n_tokens,
+                      step.n_logit_rows,
+                      int(full.decode.size()),
+                      int(full.prefill.size()),
+                      int(full.merges.size()),
+                      int(window.decode.size()),
+                      int(window.prefill.size()),
+                      int(window.merges.size()),
+                      int(store_full.size()),
+                      int(store_window.size()),
+                      int(step.store_in_rope)};
 
-    // Fixed-size arrays first and the page table last, so that a decode step of a given batch size
-    // always finds its arrays at the same device addresses (what a captured graph reads).
+    // Fixed-size arrays first and the page table last, so that a decode or verify step of a given
+    // shape (GraphKey) always finds its arrays at the same device addresses (what a captured graph reads).
     MetaPacker pack;
     const size_t o_tokens = pack.add(batch.tokens);
     const size_t o_pos = pack.add(positions);
@@ -413,14 +433,18 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     }
     Step step;
     prepare(batch, step);
+    auto it = graphs_.end();
     if (step.graph_key_ok) {
-        const auto key = std::make_tuple(step.n_tokens, step.plan_full.n_decode, step.plan_window.n_decode);
-        auto it = graphs_.find(key);
-        if (it == graphs_.end()) {
+        it = graphs_.find(step.graph_key);
+        if (graph_sightings_.size() > size_t(4 * kMaxGraphs)) graph_sightings_.clear();  // one-off shapes
+        const bool seen_enough = step.decode_only || ++graph_sightings_[step.graph_key] >= 2;
+        if (it == graphs_.end() && seen_enough && int(graphs_.size()) < kMaxGraphs) {
             cuda::Graph g;
             g.capture(stream_, [&] { run_step(step); });
-            it = graphs_.emplace(key, std::move(g)).first;
+            it = graphs_.emplace(step.graph_key, std::move(g)).first;
         }
+    }
+    if (it != graphs_.end()) {
         it->second.replay(stream_);
     } else {
         run_step(step);

@@ -10,6 +10,7 @@
 //   outside the blocks (layer -1): embedding, final_norm, logits.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,7 +40,9 @@ struct CudaRunnerOptions {
     int max_slices = 256;       // sequences per forward
     size_t kv_reserve_bytes = size_t(1) << 30;  // device memory kept free besides weights + workspace
     bool progress = true;       // progress bar while loading weights
-    bool graphs = true;         // replay decode-only steps from CUDA graphs (one per batch size)
+    // Replay steps of decodes and speculative verifies (every token of every slice gets a logit row)
+    // from CUDA graphs, one per shape (CudaRunner::GraphKey).
+    bool graphs = true;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the
@@ -110,6 +113,15 @@ public:
     size_t weight_bytes() const { return weights_.device_bytes(); }
     cudaStream_t stream() const { return stream_.get(); }
     int graphs_captured() const { return int(graphs_.size()); }
+    // What a graph's launches depend on besides device memory: the step's token and logit-row counts,
+    // each attention plan's item counts and the K/V store rows. Metadata offsets follow from them
+    // (prepare() packs fixed-size arrays first, the page table last).
+    using GraphKey = std::array<int, 11>;
+    // A captured step shape must be seen this often before it is captured (pure decode steps: at once,
+    // as they repeat every step; steps with verify slices: on their second sighting, so that a shape
+    // seen once does not pay a capture), and at most kMaxGraphs are kept (beyond: eager launches).
+    static constexpr int kMaxGraphs = 512;
+    static constexpr int kMaxGraphSliceTokens = 17;  // 1 + the largest k (engine/speculative.h)
 
 private:
     struct Step;        // host-side bookkeeping of one forward
@@ -164,8 +176,9 @@ private:
     cuda::PinnedBuffer<uint8_t> meta_host_;
     cuda::DeviceBuffer<uint8_t> meta_device_;
 
-    // Decode-only steps, by (batch size, full-layer attention items, window attention items).
-    std::map<std::tuple<int, int, int>, cuda::Graph> graphs_;
+    // Decode and verify steps, by shape; how often each shape with verify slices was seen.
+    std::map<GraphKey, cuda::Graph> graphs_;
+    std::map<GraphKey, int> graph_sightings_;
     int n_logit_rows_ = 0;
     std::vector<size_t> dp_tokens_;  // attention DP: tokens of each DP group this step
     size_t dp_first_ = 0;            // this group's first row among them
