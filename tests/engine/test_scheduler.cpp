@@ -180,7 +180,8 @@ int decode_chunks(const StepPlan& p) {
 
 // `n` short requests (uids from `first_uid`), prefilled and decoding after one step.
 void start_decoders(Scheduler& s, int n, uint64_t first_uid, int max_new = 1000) {
-    for (int i = 0; i < n; ++i) s.add_request(info(first_uid + uint64_t(i), 4, max_new), {1, 2, 3, 4}, {SamplingParams{}});
+    for (int i = 0; i < n; ++i)
+        s.add_request(info(first_uid + uint64_t(i), 4, max_new), {1, 2, 3, 4}, {SamplingParams{}});
     commit_rows(s, s.schedule());
 }
 
@@ -188,8 +189,7 @@ void start_decoders(Scheduler& s, int n, uint64_t first_uid, int max_new = 1000)
 
 TEST(scheduler_mixed_prefill, caps_prefill_while_decoding_and_decodes_first) {
     KvCacheManager kv(4096, 16, 8, false);
-    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 256},
-                kv);
+    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 256}, kv);
     start_decoders(s, 3, 1);
     s.add_request(info(10, 1000, 5), std::vector<int32_t>(1000, 5), {SamplingParams{}});
     int prefilled = 0;
@@ -209,8 +209,7 @@ TEST(scheduler_mixed_prefill, caps_prefill_while_decoding_and_decodes_first) {
 TEST(scheduler_mixed_prefill, nothing_decoding_gets_the_full_budget) {
     // Low load: the prompt that arrives alone is prefilled as fast as without the limit.
     KvCacheManager kv(4096, 16, 8, false);
-    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 256},
-                kv);
+    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 256}, kv);
     s.add_request(info(1, 1500, 5), std::vector<int32_t>(1500, 5), {SamplingParams{}});
     StepPlan p = s.schedule();
     ASSERT_EQ(p.chunks.size(), 1u);
@@ -221,7 +220,8 @@ TEST(scheduler_mixed_prefill, nothing_decoding_gets_the_full_budget) {
     KvCacheManager kv2(4096, 16, 8, false);
     Scheduler s2({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 256},
                  kv2);
-    for (uint64_t i = 0; i < 3; ++i) s2.add_request(info(i + 1, 900, 5), std::vector<int32_t>(900, 5), {SamplingParams{}});
+    for (uint64_t i = 0; i < 3; ++i)
+        s2.add_request(info(i + 1, 900, 5), std::vector<int32_t>(900, 5), {SamplingParams{}});
     p = s2.schedule();
     ASSERT_EQ(p.chunks.size(), 3u);
     EXPECT_EQ(p.chunks[2].n_tokens, 192) << "the third prompt's chunk: the 248 tokens left, in whole tiles";
@@ -251,8 +251,8 @@ TEST(scheduler_mixed_prefill, applies_from_min_decodes_on) {
 TEST(scheduler_mixed_prefill, split_chunks_are_whole_tiles_and_off_is_the_old_rule) {
     for (const int limit : {0, 600}) {
         KvCacheManager kv(4096, 16, 8, false);
-        Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 1000, .window_replay = 7, .max_mixed_prefill_tokens = limit},
-                    kv);
+        Scheduler s(
+            {.max_num_seqs = 8, .max_batch_tokens = 1000, .window_replay = 7, .max_mixed_prefill_tokens = limit}, kv);
         start_decoders(s, 3, 1);
         s.add_request(info(10, 3000, 5), std::vector<int32_t>(3000, 5), {SamplingParams{}});
         const StepPlan p = s.schedule();
@@ -273,8 +273,8 @@ TEST(scheduler_mixed_prefill, a_prefill_advances_every_step_even_when_proposals_
     };
     for (const int limit : {0, 64}) {
         KvCacheManager kv(4096, 16, 48, false);
-        Scheduler s({.max_num_seqs = 48, .max_batch_tokens = 200, .window_replay = 7, .max_mixed_prefill_tokens = limit},
-                    kv);
+        Scheduler s(
+            {.max_num_seqs = 48, .max_batch_tokens = 200, .window_replay = 7, .max_mixed_prefill_tokens = limit}, kv);
         Fours proposer;
         SpeculativeOptions spec;
         spec.method = SpecMethod::ngram;
@@ -304,11 +304,10 @@ TEST(scheduler_mixed_prefill, a_prefill_advances_every_step_even_when_proposals_
 
 TEST(scheduler_mixed_prefill, a_higher_priority_arrival_gets_the_prefill_budget_first) {
     KvCacheManager kv(4096, 16, 8, false);
-    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 128},
-                kv);
+    Scheduler s({.max_num_seqs = 8, .max_batch_tokens = 2048, .window_replay = 7, .max_mixed_prefill_tokens = 128}, kv);
     start_decoders(s, 2, 1);
     s.add_request(info(10, 2000, 5, 0), std::vector<int32_t>(2000, 5), {SamplingParams{}});  // long, priority 0
-    commit_rows(s, s.schedule());                                                           // its first chunk
+    commit_rows(s, s.schedule());                                                            // its first chunk
     s.add_request(info(11, 300, 5, 3), std::vector<int32_t>(300, 3), {SamplingParams{}});    // priority 3
     // The priority-3 prompt takes the prefill budget (128, 128, then its last 44); the priority-0
     // one gets only what is left after it: nothing, nothing, then a tile of the last 84 tokens.
@@ -329,9 +328,9 @@ TEST(scheduler_mixed_prefill, a_higher_priority_arrival_gets_the_prefill_budget_
 TEST(scheduler_mixed_prefill, randomized_load_respects_the_budget_and_starves_nothing) {
     constexpr int kLimit = 192, kStepTokens = 512;
     KvCacheManager kv(8192, 16, 32, false);
-    Scheduler s({.max_num_seqs = 32, .max_batch_tokens = kStepTokens, .window_replay = 7,
-                 .max_mixed_prefill_tokens = kLimit},
-                kv);
+    Scheduler s(
+        {.max_num_seqs = 32, .max_batch_tokens = kStepTokens, .window_replay = 7, .max_mixed_prefill_tokens = kLimit},
+        kv);
     std::mt19937 rng(5);
     std::map<uint64_t, int> first_token_step;  // request -> step of its first token
     std::map<uint64_t, int> arrival;
