@@ -107,7 +107,7 @@ for cfg in $configs; do
   dir="$out/${cfg//:/-}"
   mkdir -p "$dir"
   url="http://127.0.0.1:$port"
-  # shellcheck disable=SC2086  # flag lists
+  # shellcheck disable=SC2086,SC2046  # flag lists, split on purpose
   "$osprey" serve --model "$model_dir" --backend "$backend" --tokenizer "$tokenizer" --port "$port" \
     $serve_args $(budget_flags "$cfg") > "$dir/serve.log" 2>&1 &
   server=$!
