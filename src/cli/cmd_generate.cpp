@@ -30,6 +30,7 @@ constexpr const char* kHelp =
     "usage: osprey generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N]\n"
     "                       [--threads N] [--ignore-eos] [--device cpu|cuda]\n"
     "                       [--batch N [--kv-memory-fraction F] [--max-batch-tokens N] [--max-num-seqs N]\n"
+    "                        [--max-mixed-prefill-tokens N (default 0: off)]\n"
     "                        [--speculative ngram|draft|eagle3 [--num-speculative-tokens K] ...]\n"
     "                        [--page-size N] [--temperature T] [--seed S]]\n"
     "\n"

@@ -18,6 +18,11 @@ int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::
     o.max_batch_tokens = int(args.get_int("max-batch-tokens", o.max_batch_tokens));
     o.page_size = page_size_flag(args, o.page_size);
     OSPREY_CHECK(o.max_batch_tokens >= 1, "--max-batch-tokens must be >= 1, got ", o.max_batch_tokens);
+    // Off by default: every request arrives at once and only throughput counts (serve defaults to 512).
+    o.max_mixed_prefill_tokens = int(args.get_int("max-mixed-prefill-tokens", 0));
+    OSPREY_CHECK(o.max_mixed_prefill_tokens == 0 || o.max_mixed_prefill_tokens >= engine::kPrefillChunkAlign,
+                 "--max-mixed-prefill-tokens must be 0 (off) or >= ", engine::kPrefillChunkAlign, ", got ",
+                 o.max_mixed_prefill_tokens);
     const std::string prefix_cache = args.get("prefix-cache", "on");
     OSPREY_CHECK(prefix_cache == "on" || prefix_cache == "off", "--prefix-cache must be on or off, got '",
                  prefix_cache, "'");

@@ -37,7 +37,8 @@ using namespace osprey;
 constexpr const char* kHelp =
     "usage: osprey serve [--model DIR] [--host ADDR] [--port N] [--api-key KEY | --api-key-file FILE]\n"
     "                    [--served-model-name NAME...] [--max-model-len N] [--max-num-seqs N]\n"
-    "                    [--max-num-batched-tokens N] [--kv-cache-tokens N] [--page-size N]\n"
+    "                    [--max-num-batched-tokens N] [--max-mixed-prefill-tokens N]\n"
+    "                    [--mixed-prefill-min-decodes N] [--kv-cache-tokens N] [--page-size N]\n"
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
     "                    [--tp N] [--ep N] [--dp N] [--allowed-origins LIST] [--shutdown-timeout S]\n"
@@ -65,6 +66,11 @@ constexpr const char* kHelp =
     "  --max-model-len N      prompt + output tokens per request (default: the model's, capped by the KV cache)\n"
     "  --max-num-seqs N       sequences running at once (default 64)\n"
     "  --max-num-batched-tokens N  tokens per engine step (default 2048)\n"
+    "  --max-mixed-prefill-tokens N  prefill tokens per step while sequences decode (default 512; 0: no\n"
+    "                         limit but the step's): long prompts are then split into chunks of at most N\n"
+    "                         (multiples of 64) so they do not stretch every decode step; steps with no\n"
+    "                         decode give prefill the whole step budget\n"
+    "  --mixed-prefill-min-decodes N  the limit above applies once N or more sequences decode (default 1)\n"
     "  --kv-cache-tokens N    cap the KV cache at N tokens\n"
     "  --backend B            auto (CUDA when built with it and a GPU is present), cpu or cuda\n"
     "  --threads N            CPU backend threads (default: all cores; shared out over the ranks)\n"
@@ -179,6 +185,8 @@ int run_serve(const std::vector<std::string>& given) {
                           "max-model-len",
                           "max-num-seqs",
                           "max-num-batched-tokens",
+                          "max-mixed-prefill-tokens",
+                          "mixed-prefill-min-decodes",
                           "kv-cache-tokens",
                           "page-size",
                           "backend",
@@ -232,6 +240,13 @@ int run_serve(const std::vector<std::string>& given) {
     eo.max_model_len = positive_flag(args, "max-model-len", 0, 1 << 30);
     eo.max_num_seqs = positive_flag(args, "max-num-seqs", eo.max_num_seqs, 1 << 16);
     eo.max_batch_tokens = positive_flag(args, "max-num-batched-tokens", eo.max_batch_tokens, 1 << 24);
+    eo.max_mixed_prefill_tokens =
+        positive_flag(args, "max-mixed-prefill-tokens", eo.max_mixed_prefill_tokens, 1 << 24);
+    OSPREY_CHECK(eo.max_mixed_prefill_tokens == 0 || eo.max_mixed_prefill_tokens >= engine::kPrefillChunkAlign,
+                 "--max-mixed-prefill-tokens must be 0 (off) or >= ", engine::kPrefillChunkAlign);
+    eo.mixed_prefill_min_decodes =
+        positive_flag(args, "mixed-prefill-min-decodes", eo.mixed_prefill_min_decodes, 1 << 16);
+    OSPREY_CHECK(eo.mixed_prefill_min_decodes >= 1, "--mixed-prefill-min-decodes must be >= 1");
     eo.max_kv_tokens = positive_flag(args, "kv-cache-tokens", 0, 1 << 30);
     eo.page_size = cli::page_size_flag(args, eo.page_size);
     eo.enable_prefix_caching = !args.has("no-prefix-caching");

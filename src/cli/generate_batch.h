@@ -19,6 +19,7 @@ inline const std::vector<std::string>& generate_batch_flags() {
         std::vector<std::string> f = {"batch",
                                                    "kv-memory-fraction",
                                                    "max-batch-tokens",
+                                                   "max-mixed-prefill-tokens",
                                                    "max-num-seqs",
                                                    "page-size",
                                                    "temperature",
@@ -36,7 +37,9 @@ inline const std::vector<std::string>& generate_batch_flags() {
 // differ while the common prefix is shared through the prefix cache (--prompts shared, the default);
 // --prompts distinct shifts every token of request i's prompt by i instead, so nothing is shared.
 // --prefix-cache on|off switches the engine's prefix cache. --n S asks S samples per request (they
-// fork from the first sample's prompt state). Greedy unless --temperature. Besides the
+// fork from the first sample's prompt state). --max-mixed-prefill-tokens N caps the prefill tokens of
+// steps that also decode (default 0, off: an offline batch wants throughput, not steady decode
+// latency; `osprey serve` defaults to 512). Greedy unless --temperature. Besides the
 // overall rate it prints the decode rate (and, with --speculative, the acceptance counts): tokens generated after every request had its first token,
 // over the time since then.
 int run_generate_batch(const Args& args, model::ModelRunner& runner, const std::vector<int32_t>& prompt, int max_tokens,

@@ -92,6 +92,13 @@ Engine::Engine(model::ModelRunner& runner, EngineOptions options) : runner_(runn
     SchedulerOptions so;
     so.max_num_seqs = options_.max_num_seqs;
     so.max_batch_tokens = options_.max_batch_tokens;
+    so.max_mixed_prefill_tokens = options_.max_mixed_prefill_tokens;
+    so.mixed_prefill_min_decodes = options_.mixed_prefill_min_decodes;
+    if (so.max_mixed_prefill_tokens > 0)
+        log::info("engine: up to ", so.max_batch_tokens, " tokens per step; while ", so.mixed_prefill_min_decodes,
+                  " or more sequences decode, prefill takes at most ", so.max_mixed_prefill_tokens, " of them");
+    else
+        log::info("engine: up to ", so.max_batch_tokens, " tokens per step; prefill takes what the decodes leave");
     so.window_replay = spec.window_replay();
     so.admission_reserve_pages = kv_plan_.layout.n_pages / 100;
     for (int g = 0; g < n_groups; ++g) {

@@ -38,6 +38,10 @@ struct EngineOptions {
     int64_t max_kv_tokens = 0;          // > 0: cap the cache at this many tokens (tests, small hosts)
     int max_num_seqs = 64;              // running sequences at once (= window slots)
     int max_batch_tokens = 2048;        // tokens per forward step (prefill chunks + decodes)
+    // Prefill tokens per step while at least mixed_prefill_min_decodes sequences decode (0: off, the
+    // prefill takes what the decodes leave of max_batch_tokens); see SchedulerOptions.
+    int max_mixed_prefill_tokens = 512;
+    int mixed_prefill_min_decodes = 1;
     int max_model_len = 0;              // 0: the model's max_position (capped by what the cache holds)
     bool enable_prefix_caching = true;  // share full pages between requests with a common prefix
     // Extra window slots that keep rebuilt sliding-window rings of prefix-cache hits, so later hits

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <limits>
 
 #include "core/check.h"
 
@@ -24,6 +25,11 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv) : opti
     OSPREY_CHECK(options.max_num_seqs > 0, "max_num_seqs must be positive, got ", options.max_num_seqs);
     OSPREY_CHECK(options.max_batch_tokens > 0, "max_batch_tokens must be positive, got ", options.max_batch_tokens);
     OSPREY_CHECK(options.window_replay >= 0, "window_replay must be >= 0, got ", options.window_replay);
+    OSPREY_CHECK(options.max_mixed_prefill_tokens == 0 || options.max_mixed_prefill_tokens >= kPrefillChunkAlign,
+                 "max_mixed_prefill_tokens must be 0 (off) or >= ", kPrefillChunkAlign, ", got ",
+                 options.max_mixed_prefill_tokens);
+    OSPREY_CHECK(options.mixed_prefill_min_decodes >= 1, "mixed_prefill_min_decodes must be >= 1, got ",
+                 options.mixed_prefill_min_decodes);
 }
 
 Scheduler::~Scheduler() = default;
@@ -215,6 +221,7 @@ void Scheduler::add_chunk(StepPlan& plan, Sequence* seq, int n_tokens, int n_dra
     c.window_first = ring.first;
     c.want_logits = c.start_pos + n_tokens - n_draft == seq->n_tokens();
     plan.chunks.push_back(c);
+    seq->scheduled_step = step_;  // in this step's plan: never a preemption victim in it
 }
 
 StepPlan Scheduler::schedule() {
@@ -270,6 +277,26 @@ StepPlan Scheduler::schedule() {
     auto is_decode = [&](const Sequence* seq) {
         return seq->status == SeqStatus::running && seq->n_tokens() - seq->n_computed == 1 && !is_paused(seq);
     };
+    // With the mixed-prefill limit on, speculative proposals take only the tokens no decode needs and,
+    // while a prefill waits (running mid-prompt, or queued), leave it kPrefillChunkAlign of them (half
+    // when fewer than twice that are left, so small budgets still verify): the prefill advances every
+    // step as long as the step budget exceeds the decodes.
+    const bool mixed_limit = options_.max_mixed_prefill_tokens > 0;
+    int prefill_reserve = 0;
+    int draft_room = 0;  // with the limit on: tokens left for proposals
+    if (mixed_limit) {
+        int n_decodes = 0;
+        bool prefill_waits = std::any_of(waiting_.begin(), waiting_.end(), [](Sequence* s) { return !is_paused(s); });
+        for (const Sequence* seq : ranked) {
+            if (is_decode(seq))
+                ++n_decodes;
+            else if (seq->status == SeqStatus::running && !is_paused(seq))
+                prefill_waits = true;
+        }
+        const int left = std::max(0, budget - n_decodes);
+        if (prefill_waits) prefill_reserve = std::min(kPrefillChunkAlign, left - left / 2);
+        draft_room = std::max(0, budget - n_decodes - prefill_reserve);
+    }
     if (proposer_) {  // proposals for every decode (a speculative verify; no replay in flight)
         std::vector<Sequence*> decodes;
         for (Sequence* seq : ranked) {
@@ -279,8 +306,9 @@ StepPlan Scheduler::schedule() {
         propose(decodes);
     }
     int n_verify_tokens = 0;
+    int n_decoding = 0;  // decode chunks in this step
     for (Sequence* seq : ranked) {
-        if (budget == 0) break;
+        if (budget - prefill_reserve <= 0) break;
         if (!is_decode(seq)) continue;
         const int need = pages_for(seq->n_computed + 1) - int(seq->pages.size());
         if (!make_room(seq, need)) {
@@ -290,7 +318,7 @@ StepPlan Scheduler::schedule() {
         }
         for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
         // The proposal rides along where the budget and the free pages allow (it never preempts).
-        int n_draft = std::min(int(seq->draft.size()), budget - 1);
+        int n_draft = std::min(int(seq->draft.size()), mixed_limit ? draft_room : budget - 1);
         while (n_draft > 0 &&
                pages_for(seq->n_computed + 1 + n_draft) - int(seq->pages.size()) > kv_.n_available_pages())
             --n_draft;
@@ -302,34 +330,58 @@ StepPlan Scheduler::schedule() {
             seq->verify_tokens.insert(seq->verify_tokens.end(), seq->draft.begin(), seq->draft.end());
         }
         add_chunk(plan, seq, 1 + n_draft, n_draft);
-        seq->scheduled_step = step_;
         budget -= 1 + n_draft;
         n_verify_tokens += n_draft;
+        draft_room -= n_draft;
+        ++n_decoding;
     }
     if (proposer_) policy_.spend(n_verify_tokens);
+
+    // The prefill part of the step: what the decodes left, capped while enough sequences decode.
+    if (mixed_limit && n_decoding >= options_.mixed_prefill_min_decodes)
+        budget = std::min(budget, options_.max_mixed_prefill_tokens);
+    // Up to `want` prefill tokens of one sequence: all of them when they fit; a chunk the budget
+    // splits is a whole number of kPrefillChunkAlign tiles (with the limit on), or what is left
+    // when that is less than one tile.
+    auto fit = [&](int want) {
+        if (want <= budget || !mixed_limit || budget < kPrefillChunkAlign) return std::min(want, budget);
+        return budget / kPrefillChunkAlign * kPrefillChunkAlign;
+    };
 
     // 2. The next prefill chunk of running sequences, as large as the budget allows; pages come
     //    from lower-ranked sequences, else the chunk shrinks to the pages available. A sequence
     //    that cannot advance at all gives its pages back (so higher-ranked ones never wait on it).
-    for (Sequence* seq : ranked) {
-        if (budget == 0) break;
-        if (seq->status != SeqStatus::running || is_scheduled(seq) || is_paused(seq)) continue;
-        int n = cap_at_fork_point(*seq, seq->n_computed, std::min(seq->n_tokens() - seq->n_computed, budget));
-        if (seq->snapshot_at > seq->n_computed) n = std::min(n, seq->snapshot_at - seq->n_computed);
-        if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
-            const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
-            n = std::min(n, room);
-            if (n <= 0) {
-                preempt_self(seq);
-                continue;
-            }
-        }
-        const int need = pages_for(seq->n_computed + n) - int(seq->pages.size());
-        for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
-        add_chunk(plan, seq, n);
-        seq->scheduled_step = step_;
-        budget -= n;
+    //    With the mixed-prefill limit on, running prompts of lower priority than the head of the
+    //    queue go after its admission (step 4), so a small prefill budget serves priorities first.
+    int outranked_below = std::numeric_limits<int>::min();
+    if (mixed_limit) {
+        const Sequence* head = nullptr;
+        for (const Sequence* s : waiting_)
+            if (!is_paused(s) && !waits_for_leader(*s) && (!head || before(s, head))) head = s;
+        if (head) outranked_below = head->request->priority;
     }
+    auto prefill_running = [&](bool outranked) {
+        for (Sequence* seq : ranked) {
+            if (budget == 0) break;
+            if (seq->status != SeqStatus::running || is_scheduled(seq) || is_paused(seq)) continue;
+            if ((seq->request->priority < outranked_below) != outranked) continue;
+            int n = cap_at_fork_point(*seq, seq->n_computed, fit(seq->n_tokens() - seq->n_computed));
+            if (seq->snapshot_at > seq->n_computed) n = std::min(n, seq->snapshot_at - seq->n_computed);
+            if (!make_room(seq, pages_for(seq->n_computed + n) - int(seq->pages.size()))) {
+                const int room = (int(seq->pages.size()) + kv_.n_available_pages()) * kv_.page_size() - seq->n_computed;
+                n = std::min(n, room);
+                if (n <= 0) {
+                    preempt_self(seq);
+                    continue;
+                }
+            }
+            const int need = pages_for(seq->n_computed + n) - int(seq->pages.size());
+            for (int i = 0; i < need; ++i) seq->pages.push_back(kv_.allocate_page());
+            add_chunk(plan, seq, n);
+            budget -= n;
+        }
+    };
+    prefill_running(false);
 
     // 3. Admission, in queue order; the head of the queue waits until it fits (no overtaking),
     //    except samples waiting for their first sibling's prompt.
@@ -357,7 +409,7 @@ StepPlan Scheduler::schedule() {
         const int snapshot = n_hit > 0 ? kv_.snapshots().find(prefix_key) : -1;
         const int start = snapshot >= 0 ? n_hit : std::max(0, n_hit - options_.window_replay);
         const bool save = snapshot < 0 && start < n_hit && kv_.snapshots().n_slots() > 0;
-        int n = cap_at_fork_point(*seq, start, std::min(seq->n_tokens() - start, budget));
+        int n = cap_at_fork_point(*seq, start, fit(seq->n_tokens() - start));
         if (save) n = std::min(n, n_hit - start);
         const int need = pages_for(start + n) - int(hit.size());
         if (need > kv_.n_available_pages() - reserve) {
@@ -387,6 +439,10 @@ StepPlan Scheduler::schedule() {
         budget -= n;
     }
     std::erase_if(waiting_, [&](Sequence* s) { return s->status == SeqStatus::running; });
+
+    // 4. What is left goes to the running prompts the queue's head outranked.
+    prefill_running(true);
+
     // A plan with no chunks is not run: keep its (snapshot) copies for the next one, since their
     // snapshots are already registered and must be written before any restore reads them.
     if (plan.chunks.empty()) {
