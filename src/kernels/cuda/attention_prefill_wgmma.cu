@@ -177,6 +177,10 @@ __device__ __forceinline__ void attention_wgmma_step(int i, int n_tiles, int wg,
     const int st = i % kStages, prev = (i - 1) % kStages;
     sm90::mbar_wait(&sm.full[st], (i / kStages) & 1);
     sm90::named_bar_sync(1 + wg, kTurnThreads);
+    // O's rescale and P's copy must be done before wgmma.fence, not scheduled between it and the MMAs.
+    sm90::fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) sm90::fence_regs(p[kk]);
     sm90::wgmma_fence();
     float s[64];  // fresh per tile: nothing defines the (ignored) inputs of the first k-step
     attention_wgmma_qk(s, q_desc, k_desc + uint64_t(st * kTileBytes / 16));
@@ -255,6 +259,9 @@ __device__ void attention_wgmma_consume(const AttnArgs& a, const AttnItem& it, i
     for (int i = whole_end; i < n_tiles; ++i)
         attention_wgmma_step<true>(i, n_tiles, wg, a, it, sm, q_desc, k_desc, v_desc, lane, o, p, r);
 
+    sm90::fence_regs(o);
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) sm90::fence_regs(p[kk]);
     sm90::wgmma_fence();
     attention_wgmma_pv(o, p, v_desc + uint64_t((n_tiles - 1) % kStages * kTileBytes / 16));
     sm90::wgmma_commit();
