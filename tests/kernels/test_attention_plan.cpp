@@ -17,8 +17,11 @@ int first_key_of(const AttnSlice& s, int pos, int window) {
     return std::max(s.first_key, window ? pos - window + 1 : 0);
 }
 
-void check_plan(const std::vector<AttnSlice>& slices, int window, int target, bool fixed) {
-    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed);
+void check_plan(const std::vector<AttnSlice>& slices, int window, int target, bool fixed,
+                AttnPrefillKernel prefill = AttnPrefillKernel::mma_sync) {
+    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed, prefill);
+    EXPECT_EQ(plan.prefill_kernel, prefill);
+    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? kWgmmaPrefillTokens : kPrefillTokens;
     size_t di = 0, pi = 0, mi = 0;
     int partials = 0, splits_seen = -1;
     for (const AttnSlice& s : slices) {
@@ -58,11 +61,11 @@ void check_plan(const std::vector<AttnSlice>& slices, int window, int target, bo
             }
             di += n;
         } else {
-            for (int t = 0; t < s.n_tokens; t += kPrefillTokens) {
+            for (int t = 0; t < s.n_tokens; t += item_tokens) {
                 ASSERT_LT(pi, plan.prefill.size());
                 const AttnItem& it = plan.prefill[pi++];
                 EXPECT_EQ(it.q_token, s.first_token + t);
-                EXPECT_EQ(it.n_q, std::min(kPrefillTokens, s.n_tokens - t));
+                EXPECT_EQ(it.n_q, std::min(item_tokens, s.n_tokens - t));
                 EXPECT_EQ(it.pos0, s.start_pos + t);
                 EXPECT_EQ(it.key_begin, first_key_of(s, it.pos0, window));
                 EXPECT_EQ(it.key_end, it.pos0 + it.n_q);
@@ -101,6 +104,7 @@ TEST(attention_plan, random_batches_full_and_window) {
         check_plan(slices, ring ? 128 : 0, 264, false);
         check_plan(slices, ring ? 128 : 0, 264, true);
         check_plan(slices, ring ? 128 : 0, 1, false);  // no room to split
+        check_plan(slices, ring ? 128 : 0, 264, false, AttnPrefillKernel::wgmma);  // items of 16 tokens
     }
 }
 
@@ -108,6 +112,8 @@ TEST(attention_plan, window_boundaries) {
     for (int p : {0, 1, 126, 127, 128, 129, 1000}) check_plan({{0, 1, p, 0, 0, 0}}, 128, 264, false);
     check_plan({{0, 300, 0, 0, 0, 0}}, 128, 264, false);
     check_plan({{0, 100, 420, 0, 0, 400}}, 128, 264, false);  // replayed ring: nothing before 400
+    check_plan({{0, 300, 0, 0, 0, 0}}, 128, 264, false, AttnPrefillKernel::wgmma);
+    check_plan({{0, 100, 420, 0, 0, 400}}, 128, 264, false, AttnPrefillKernel::wgmma);
 }
 
 TEST(attention_plan, long_decode_splits_fill_the_target) {

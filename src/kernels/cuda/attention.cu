@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/attention_kv.cuh"
 #include "kernels/cuda/attention_prefill.h"
+#include "kernels/cuda/attention_prefill_wgmma.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/mma.cuh"
@@ -15,10 +18,20 @@
 
 namespace osprey::cuda {
 
+AttnPrefillKernel attention_prefill_kernel_default() {
+    static const AttnPrefillKernel k = [] {
+        const char* v = std::getenv("OSPREY_ATTN_WGMMA");
+        return v && std::string_view(v) == "1" ? AttnPrefillKernel::wgmma : AttnPrefillKernel::mma_sync;
+    }();
+    return k;
+}
+
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
-                        bool fixed_splits) {
+                        bool fixed_splits, AttnPrefillKernel prefill) {
     OSPREY_CHECK(window >= 0 && n_kv_heads > 0, "plan_attention: window ", window, ", n_kv_heads ", n_kv_heads);
     AttnPlan plan;
+    plan.prefill_kernel = prefill;
+    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? kWgmmaPrefillTokens : kPrefillTokens;
     int n_decode_tokens = 0;
     for (const AttnSlice& s : slices) {
         OSPREY_CHECK(s.n_tokens > 0 && s.start_pos >= 0 && s.first_token >= 0 && s.first_key >= 0 &&
@@ -74,10 +87,10 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
                 plan.n_partials += made;
             }
         } else {
-            for (int t = 0; t < s.n_tokens; t += kPrefillTokens) {
+            for (int t = 0; t < s.n_tokens; t += item_tokens) {
                 AttnItem it = base;
                 it.q_token = s.first_token + t;
-                it.n_q = std::min(kPrefillTokens, s.n_tokens - t);
+                it.n_q = std::min(item_tokens, s.n_tokens - t);
                 it.pos0 = s.start_pos + t;
                 it.key_begin = std::max(s.first_key, window ? it.pos0 - window + 1 : 0);
                 it.key_end = it.pos0 + it.n_q;
@@ -338,6 +351,7 @@ void attention_configure() {
     thread_local const bool done = [] {
         CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(decode_smem_bytes())));
+        attention_prefill_wgmma_configure();
         return true;
     }();
     (void)done;
@@ -357,7 +371,10 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     OSPREY_CHECK(a.ring || a.page_table, "attention: paged layer without a page table");
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
     launch_decode(a, plan.decode, plan.n_decode, plan.merges, stream);
-    attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // tensor cores (attention_prefill.cu)
+    if (plan.prefill_kernel == AttnPrefillKernel::wgmma)
+        attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, stream);  // wgmma (attention_prefill_wgmma.cu)
+    else
+        attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // mma.sync (attention_prefill.cu)
     if (plan.n_merges > 0 && a.merge_counters == nullptr) {
         cuda::launch(attention_merge_kernel, dim3(plan.n_merges, a.n_kv_heads), kAttnGroup * kWarpSize, 0, stream, a, plan.merges);
         CUDA_CHECK(cudaGetLastError());

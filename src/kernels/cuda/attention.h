@@ -40,6 +40,15 @@ inline constexpr int kAttnGroup = 8;        // query heads per KV head compiled 
 inline constexpr int kAttnKeyTile = 64;     // keys per shared-memory tile
 inline constexpr int kPrefillTokens = 8;    // query tokens per prefill item
 inline constexpr int kMinKeysPerSplit = 64; // smallest KV split of a decode token
+inline constexpr int kWgmmaPrefillTokens = 16;  // query tokens per prefill item of the wgmma kernel
+
+// Which kernel runs the prefill items (the plan's item size depends on it):
+//   mma_sync  attention_prefill.h: items of kPrefillTokens, mma.sync m16n8k16 (the default)
+//   wgmma     attention_prefill_wgmma.h: items of kWgmmaPrefillTokens, Hopper wgmma + warp
+//             specialisation (FlashAttention-3 style)
+enum class AttnPrefillKernel : int32_t { mma_sync, wgmma };
+// $OSPREY_ATTN_WGMMA=1 selects wgmma, anything else mma_sync (read once per process).
+AttnPrefillKernel attention_prefill_kernel_default();
 
 struct AttnSlice {
     int32_t first_token = 0;  // first row of the slice in the step's activations
@@ -77,6 +86,7 @@ struct AttnPlan {
     std::vector<AttnItem> prefill;  // multi-token items
     std::vector<AttnMerge> merges;  // decode tokens whose KV was split
     int n_partials = 0;
+    AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // what the prefill items were cut for
 };
 
 // window: 0 for full causal attention, else the sliding window (keys p - window + 1 .. p).
@@ -84,9 +94,10 @@ struct AttnPlan {
 // while the grid is smaller than that. fixed_splits: every decode token gets the same number of
 // splits (some may be empty): the power of two at or above what the longest context needs, capped
 // by the target, so that a decode step's grid sizes change only when a context crosses a power of
-// two and the step can be replayed from a CUDA graph keyed by those sizes.
+// two and the step can be replayed from a CUDA graph keyed by those sizes. prefill: the kernel the
+// prefill items are cut for (AttnDevicePlan::prefill_kernel must say the same).
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
-                        bool fixed_splits = false);
+                        bool fixed_splits = false, AttnPrefillKernel prefill = attention_prefill_kernel_default());
 
 // The plan's arrays in device memory (uploaded by the caller).
 struct AttnDevicePlan {
@@ -96,6 +107,7 @@ struct AttnDevicePlan {
     int n_prefill = 0;
     const AttnMerge* merges = nullptr;   // [n_merges]
     int n_merges = 0;
+    AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // AttnPlan::prefill_kernel
 };
 
 struct AttnArgs {

@@ -402,10 +402,12 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     step.page_table = reinterpret_cast<const int32_t*>(at(o_pages));
     step.plan_full = {reinterpret_cast<const cuda::AttnItem*>(at(o_fd)), int(full.decode.size()),
                       reinterpret_cast<const cuda::AttnItem*>(at(o_fp)), int(full.prefill.size()),
-                      reinterpret_cast<const cuda::AttnMerge*>(at(o_fm)), int(full.merges.size())};
+                      reinterpret_cast<const cuda::AttnMerge*>(at(o_fm)), int(full.merges.size()),
+                      full.prefill_kernel};
     step.plan_window = {reinterpret_cast<const cuda::AttnItem*>(at(o_wd)), int(window.decode.size()),
                         reinterpret_cast<const cuda::AttnItem*>(at(o_wp)), int(window.prefill.size()),
-                        reinterpret_cast<const cuda::AttnMerge*>(at(o_wm)), int(window.merges.size())};
+                        reinterpret_cast<const cuda::AttnMerge*>(at(o_wm)), int(window.merges.size()),
+                        window.prefill_kernel};
     step.store_full = reinterpret_cast<const cuda::KvStoreRow*>(at(o_sf));
     step.n_store_full = int(store_full.size());
     step.store_window = reinterpret_cast<const cuda::KvStoreRow*>(at(o_sw));
