@@ -23,6 +23,7 @@
 
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_mlp_wgmma.h"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -439,6 +440,7 @@ const char* moe_kernel_name(MoeKernel k) {
         case MoeKernel::gemv: return "gemv";
         case MoeKernel::narrow: return "narrow";
         case MoeKernel::gemm: return "gemm";
+        case MoeKernel::wgmma: return "wgmma";
     }
     return "?";
 }
@@ -450,6 +452,14 @@ MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts) {
     return MoeKernel::gemm;
 }
 
+// The kernel a call runs: `requested`, or for automatic the batch-shape choice, with gemm replaced by
+// wgmma when $OSPREY_MOE_WGMMA=1 and the projection's widths allow it.
+static MoeKernel resolve_kind(MoeKernel requested, int n_tokens, int top_k, int n_experts, int n_in, int n_out) {
+    if (requested != MoeKernel::automatic) return requested;
+    const MoeKernel k = moe_choose_kernel(n_tokens, top_k, n_experts);
+    return k == MoeKernel::gemm && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out) ? MoeKernel::wgmma : k;
+}
+
 // The launch of one projection with the tiling `kind` (automatic resolved by the caller).
 template <Proj kProj>
 void launch_kind(MoeKernel kind, const KernelArgs& k, int n_routed, cudaStream_t stream) {
@@ -457,6 +467,7 @@ void launch_kind(MoeKernel kind, const KernelArgs& k, int n_routed, cudaStream_t
         case MoeKernel::gemv: launch<GemvConfig, kProj>(k, n_routed, stream); return;
         case MoeKernel::narrow: launch<NarrowConfig, kProj>(k, n_routed, stream); return;
         case MoeKernel::gemm: launch<GemmConfig, kProj>(k, n_routed, stream); return;
+        case MoeKernel::wgmma: break;  // launched by the callers (moe_wgmma_launch)
         case MoeKernel::automatic: break;
     }
     OSPREY_FAIL("moe mlp: unresolved kernel choice");
@@ -470,7 +481,16 @@ void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.x), a.u, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_model, 2 * a.d_ff, a.d_model / 32, a.swiglu_alpha, a.swiglu_limit};
-    const MoeKernel kind = a.kernel == MoeKernel::automatic ? moe_choose_kernel(a.n_tokens, a.top_k, a.n_experts) : a.kernel;
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_model, 2 * a.d_ff);
+    if (kind == MoeKernel::wgmma) {
+        moe_wgmma_launch({.mlp1 = true, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.x,
+                          .out = a.u, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
+                          .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
+                          .n_in = a.d_model, .n_out = 2 * a.d_ff, .swiglu_alpha = a.swiglu_alpha,
+                          .swiglu_limit = a.swiglu_limit},
+                         stream);
+        return;
+    }
     launch_kind<Proj::mlp1>(kind, k, a.n_tokens * a.top_k, stream);
 }
 
@@ -482,7 +502,15 @@ void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.u), a.y, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_ff, a.d_model, a.d_ff / 32, 0.0f, 0.0f};
-    const MoeKernel kind = a.kernel == MoeKernel::automatic ? moe_choose_kernel(a.n_tokens, a.top_k, a.n_experts) : a.kernel;
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_ff, a.d_model);
+    if (kind == MoeKernel::wgmma) {
+        moe_wgmma_launch({.mlp1 = false, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.u,
+                          .out = a.y, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
+                          .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
+                          .n_in = a.d_ff, .n_out = a.d_model},
+                         stream);
+        return;
+    }
     launch_kind<Proj::mlp2>(kind, k, a.n_tokens * a.top_k, stream);
 }
 

@@ -23,6 +23,11 @@
 //   gemm:   128 routed rows x 128 weight rows per block. For prefill-sized batches, where the tensor
 //           cores are the limit.
 // moe_choose_kernel() picks one from the batch shape (documented there); tests force each.
+// A fourth, wgmma (moe_mlp_wgmma.h/.cu), is the prefill GEMM on Hopper warpgroup MMA: persistent,
+// warp-specialised (a cp.async producer warpgroup, two consumer warpgroups), 256 weight rows x 128
+// routed rows per tile, the bias loaded into the accumulators. Same outputs and numerics as gemm. Not
+// yet measured on the H200: MoeKernel::automatic uses it in place of gemm only when $OSPREY_MOE_WGMMA=1
+// (and the projection's widths are multiples of 64); tests and benchmarks force it.
 //
 // Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
 // [34, 160], i.e. block maxima from 2^-93 to 6·2^33 (trained checkpoints use ~110..127); outside it
@@ -44,8 +49,8 @@ struct Mxfp4Experts {
     const bf16* bias = nullptr;       // [n_experts, n_out]
 };
 
-enum class MoeKernel { automatic, gemv, narrow, gemm };
-const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm"
+enum class MoeKernel { automatic, gemv, narrow, gemm, wgmma };
+const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm", "wgmma"
 
 // Three tilings of one kernel, chosen by the average routed rows per expert (n_tokens * top_k /
 // n_experts): gemv (8 routed rows per token tile) up to kMoeGemvMaxRowsPerExpert, narrow (32 routed

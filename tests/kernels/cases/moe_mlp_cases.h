@@ -2,7 +2,8 @@
 // mlp1 -> mlp2 -> combine. One table for the test (tests/kernels/test_moe_mlp.cu, against the CPU
 // reference kernels mxfp4_matmul, swiglu, routing) and the benchmark (bench/bench_moe.cu): the tiny,
 // 20b (32 experts) and 120b (128 experts) shapes, batches of 1 to 8192 tokens, each tiling forced
-// (gemv, narrow, gemm) and the automatic choice, plus shapes cut at the kernels' tile constants.
+// (gemv, narrow, gemm, and the Hopper wgmma kernel) and the automatic choice, plus shapes cut at the
+// kernels' tile constants.
 //
 // Check: the whole chain on one set of inputs; routing and grouping exact, u, y and the combined
 // output of up to 48 tokens against the reference (tolerances below). Perf (bench_moe's lines before
@@ -39,10 +40,12 @@ namespace osprey::cases::moe_mlp {
 using cuda::MoeKernel;
 
 inline constexpr int kTopK = 4;
-// Mirrors the tile constants of kernels/cuda/moe_mlp_mxfp4.cu.
+// Mirrors the tile constants of kernels/cuda/moe_mlp_mxfp4.cu and moe_mlp_wgmma.cu.
 inline constexpr int kGemvRows = 8, kNarrowRows = 32, kGemmRows = 128;  // routed rows per token tile
-inline constexpr int kGemvBM = 32, kGemmBM = 128;                        // weight rows per block
+inline constexpr int kWgmmaRows = 128;
+inline constexpr int kGemvBM = 32, kGemmBM = 128, kWgmmaBM = 256;        // weight rows per block / tile
 inline constexpr int kBK = 64;                                           // k per pipeline stage
+inline constexpr int kWgmmaStages = 5;
 
 struct Shape {
     const char* name;
@@ -51,10 +54,15 @@ struct Shape {
 inline constexpr Shape kTiny{"tiny", 8, 128, 128};
 inline constexpr Shape k20b{"20b", 32, 2880, 2880};
 inline constexpr Shape k120b{"120b", 128, 2880, 2880};
-// Output widths that leave partial blocks (mlp2: 192 rows = 1.5 gemm blocks, 6 gemv blocks) and an
-// input width shorter than the pipeline depth (3 stages of kBK).
+// Output widths that leave partial blocks (mlp2: 192 rows = 1.5 gemm blocks, 6 gemv blocks, 3/4 of a
+// wgmma tile; mlp1: 128 rows = half a wgmma tile, one consumer warpgroup idle) and an input width
+// shorter than the pipeline depth (3 stages of kBK).
 inline constexpr Shape kEdges{"edges", 4, 3 * kBK, kBK};
-static_assert(kEdges.d_model % kGemvBM == 0 && kEdges.d_model % kGemmBM != 0);
+static_assert(kEdges.d_model % kGemvBM == 0 && kEdges.d_model % kGemmBM != 0 && kEdges.d_model % kWgmmaBM != 0);
+// wgmma: several m-tiles with a partial last one (mlp1 640 rows = 2.5 tiles, mlp2 320 = 1.25) and a
+// k-loop longer than its ring (5 and 7 stages of kBK wrap the 5-stage ring inside one tile).
+inline constexpr Shape kWgmmaEdges{"wgmma_edges", 6, 448, 320};
+static_assert(2 * kWgmmaEdges.d_ff % kWgmmaBM != 0 && kWgmmaEdges.d_model / kBK > kWgmmaStages);
 
 // Fills an MXFP4 projection: uniformly random nibbles, scale bytes in [scale_lo, scale_lo + 6],
 // bias uniform in [-bias_range, bias_range] (rounded to bf16).
@@ -424,7 +432,7 @@ inline std::vector<Case> cases() {
         c.name = str(prefix, s.name, "_", n, "_", cuda::moe_kernel_name(k));
         t.push_back(c);
     };
-    const MoeKernel forced[] = {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm};
+    const MoeKernel forced[] = {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm, MoeKernel::wgmma};
     auto in = [](int n, std::initializer_list<int> l) { return std::find(l.begin(), l.end(), n) != l.end(); };
 
     for (int n : {1, 3, 8, 64, 333, 2048})
@@ -453,6 +461,10 @@ inline std::vector<Case> cases() {
         add(k20b, n, MoeKernel::narrow, Use::check_only, 4, "tiles_");
     for (int n : {kGemmRows - 1, kGemmRows, kGemmRows + 1, 2 * kGemmRows + 7})
         add(k20b, n, MoeKernel::gemm, Use::check_only, 4, "tiles_");
+    for (int n : {kWgmmaRows - 1, kWgmmaRows, kWgmmaRows + 1, 2 * kWgmmaRows + 7})
+        add(k20b, n, MoeKernel::wgmma, Use::check_only, 4, "tiles_");
+    // wgmma's m-tile and ring edges, ragged experts (1..~200 rows, some with none), one to many tiles.
+    for (int n : {1, 40, 300}) add(kWgmmaEdges, n, MoeKernel::wgmma, Use::check_only);
     // Partial weight blocks and a K shorter than the pipeline.
     for (MoeKernel k : forced)
         for (int n : {1, 5, 300}) add(kEdges, n, k, Use::check_only);

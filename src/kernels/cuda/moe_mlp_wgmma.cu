@@ -1,0 +1,595 @@
+// MXFP4 expert GEMMs on Hopper warpgroup MMA (wgmma, sm_90a), W4A16: FP4 weights decoded in
+// registers, BF16 activations, FP32 accumulation. MoeKernel::wgmma of moe_mlp1 / moe_mlp2.
+//
+// Roles. A persistent CTA per SM of 3 warpgroups: warpgroup 0 is the producer (all 128 threads issue
+// cp.async; few registers after setmaxnreg), warpgroups 1..kConsumerWGs are consumers (setmaxnreg
+// gives them the registers). A tile is (expert e, n-tile of kBN = 128 routed rows of e, m-tile of
+// kBM = 256 weight rows); tiles are numbered expert-major, then n-tile, then m-tile (so the CTAs in
+// flight share one expert's weights and a few token tiles in L2), and CTA b takes tiles b, b + grid,
+// b + 2 grid, ... (tile_start[] below: a prefix sum over the experts, computed by every CTA).
+//
+// Operands. Weights are the M side: consumer warpgroup w owns weight rows [128 w, 128 w + 128) of the
+// tile as kMBlocks = 2 wgmma m64 blocks; each warp decodes its 16 rows of each block from the FP4 bytes
+// in shared memory straight into the A fragment (the register-A "RS" form of wgmma.mma_async). The
+// routed rows are N: the B operand (K-major, 128 rows x 64 k of BF16 per stage = 128 bytes per row)
+// sits in shared memory with the 128-byte swizzle and is read through a matrix descriptor.
+//
+// Pipeline. kStages stages of (B tile 16 KB, FP4 tile 8 KB) with full/empty mbarriers. The producer
+// gathers the B rows with 16-byte cp.async (mlp1's rows are tokens sorted_rows[i] / top_k, scattered
+// through x: the sm_90 TMA cannot gather rows; mlp2's are consecutive rows of u) writing each 16-byte
+// chunk c of row n at chunk c ^ (n % 8) (the 128B swizzle), then cp.async.mbarrier.arrive.noinc on the
+// stage's full barrier. A tile's E8M0 scales (kBM rows x n_in / 32 bytes, contiguous) come in one
+// cp.async.bulk into one of two per-tile buffers.
+//
+// Consumers, per tile: the bias (times 2^-32, see Numerics) is loaded into the accumulators before the
+// first MMA: no bias epilogue. Per stage and MXFP4 group h (two k16 steps): decode the A fragments of
+// the group into the register buffer h, wgmma.fence, 2 x kMBlocks wgmma m64n128k16, commit, and
+// wait_group 1: the group before is complete, so its A buffer may be rewritten next and, at h = 0, the
+// previous stage is released to the producer. Epilogues as the mma.sync kernel's: mlp1 applies the
+// clamped SwiGLU to the gate/up row pairs and stores u (BF16, columns moe_u_column); mlp2 stores y per
+// routed row (f32, row sorted_rows[i]).
+//
+// Fragment layouts (PTX ISA, "Register Fragments" of wgmma .m64nNk16; CuTe ALayout_64x16 /
+// CLayout_64xN): thread t of a warpgroup, warp w = t / 32, g = lane / 4, q = lane % 4;
+//   A (16-bit, 4 registers): a[0] row 16w + g, k 2q, 2q+1 (low half = lower k); a[1] row +8; a[2] row
+//     16w + g, k 2q+8, 2q+9; a[3] row +8, k 2q+8, 2q+9.
+//   D (f32): d[4i + j]: row 16w + g + 8 (j / 2), column 8i + 2q + j % 2.
+// The B layout fixes the order of k: within a k16 step, the 16 BF16 of a row at logical k 0..15. The
+// A fragment must hold the same k, so a thread needs k 2q, 2q+1 of each 8-element chunk of the group:
+//   mlp1 (x in natural order): elements 8c + 2q, 8c + 2q + 1 = byte q of 32-bit word c of the group's
+//     16 FP4 bytes (low nibble = even element);
+//   mlp2 (u stored in moe_u_column order: chunk c holds units 8c + [0 4 1 5 2 6 3 7]): units 8c + q and
+//     8c + q + 4 = nibbles q and q + 4 of word c.
+// Either way the two nibbles are placed at bits [3:0] and [19:16] and turned into a BF16x2 by one
+// multiply and mask (fp4_pair), as in the mma.sync kernel.
+//
+// Shared-memory descriptor (PTX "Matrix Descriptor Format"; CuTe GmmaDescriptor): start address >> 4 in
+// bits [0,14), leading byte offset >> 4 in [16,30) (unused by swizzled K-major layouts; 1 by
+// convention), stride byte offset >> 4 in [32,46) (1024: from one 8-row group to the next), base offset
+// in [49,52) (0: every B tile is 1024-byte aligned), layout type in [62,64) (1 = 128-byte swizzle).
+// The k16 step j of a stage starts 32 j bytes into the tile; the hardware applies the swizzle to the
+// address bits (bits [4,7) ^= bits [7,10)), matching the producer's chunk ^ (row % 8).
+//
+// Numerics: exactly the mma.sync kernel's. Weights decode to FP4 · 2^(scale - 159) (exact BF16 for
+// scale bytes 34..160), so the accumulators hold the result times 2^-32; the bias enters them as
+// bias · 2^-32 (exact) and the epilogue multiplies by 2^32 (exact). FP32 accumulation.
+//
+// scripts/emulate_moe_wgmma.sh runs this file's device code on the CPU (tests/kernels/emu): the parts
+// under #ifndef OSPREY_CUDA_EMULATION are what the emulation replaces (PTX, launches).
+#ifndef OSPREY_CUDA_EMULATION
+#include "kernels/cuda/moe_mlp_wgmma.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/runtime.h"
+#endif
+
+namespace osprey::cuda::moe_wgmma {
+
+constexpr int kConsumerWGs = 2;                          // consumer warpgroups
+constexpr int kMBlocks = 2;                              // wgmma m64 blocks per consumer warpgroup
+constexpr int kBM = 64 * kMBlocks * kConsumerWGs;        // weight rows per tile
+constexpr int kBN = 128;                                 // routed rows per tile (wgmma n)
+constexpr int kBK = 64;                                  // k per stage: two MXFP4 groups, one 128-byte swizzle row
+constexpr int kStages = 5;
+constexpr int kThreads = 128 * (1 + kConsumerWGs);
+constexpr int kXStageBytes = kBN * kBK * 2;              // B tile: 128 rows x 128 bytes
+constexpr int kWStageBytes = kBM * kBK / 2;              // FP4 tile: 256 rows x 32 bytes
+constexpr int kStageBytes = kXStageBytes + kWStageBytes; // a multiple of 1024: every B tile stays aligned
+constexpr int kConsumerWarps = 4 * kConsumerWGs;
+constexpr int kMaxExperts = 256;                         // kMoeMaxExperts
+// Registers per thread after setmaxnreg: the 384 x 168 allotted at launch, redistributed as 128 x 40 +
+// 256 x 232 (= 64512). ptxas: no spills in mlp2, 4 bytes in mlp1 (56 / 224 spill more).
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr uint32_t kScaleExponentBias = 127 - 33;        // BF16 exponent field of 2^(scale - 33)
+constexpr float kUnscale = 4294967296.0f;                // 2^32
+constexpr float kBiasScale = 1.0f / 4294967296.0f;       // 2^-32
+static_assert(kStageBytes % 1024 == 0 && kXStageBytes % 1024 == 0);
+
+enum class Proj { mlp1, mlp2 };
+
+struct Params {
+    const uint8_t* blocks;        // [n_experts, n_out, n_groups, 16]
+    const uint8_t* scales;        // [n_experts, n_out, n_groups]
+    const __nv_bfloat16* bias;    // [n_experts, n_out]
+    const __nv_bfloat16* x;       // mlp1: [n_tokens, n_in] (gathered); mlp2: [n_rows, n_in] (sorted order)
+    void* out;                    // mlp1: u [n_rows, n_out / 2] bf16; mlp2: y [n_rows, n_out] f32
+    const int32_t* offsets;       // [n_experts + 1]
+    const int32_t* sorted_rows;   // [n_rows]
+    int n_experts, top_k, n_in, n_out, n_groups, n_kt, m_tiles;
+    float alpha, limit;
+};
+
+// Dynamic shared memory after the 1024-byte alignment: kStages x (B tile, FP4 tile), then the two
+// per-tile scale buffers [2][kBM * n_groups].
+inline size_t smem_bytes(int n_groups) {
+    return 1024 + size_t(kStages) * kStageBytes + 2 * size_t(kBM) * n_groups;
+}
+
+#ifndef OSPREY_CUDA_EMULATION
+using mbar_t = uint64_t;
+
+__device__ __forceinline__ uint8_t* dynamic_smem() {
+    extern __shared__ __align__(16) uint8_t smem_raw[];
+    return smem_raw;
+}
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(mbar_t* bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (bulk-copy completions).
+__device__ __forceinline__ void mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Returns once the phase of `bar` with this parity has completed.
+__device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_u32(bar)),
+        "r"(parity)
+        : "memory");
+}
+// bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
+__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+}
+// 16 bytes global -> shared; valid == false zero-fills the destination and reads nothing.
+__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+// One arrival on bar once all of this thread's earlier cp.async have landed (.noinc: the arrival is
+// one of the barrier's expected count).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(mbar_t* bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// Orders this thread's view of the generic-proxy writes (cp.async) before its async-proxy reads (wgmma).
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of the accumulators across the wgmma fences and waits.
+__device__ __forceinline__ void fence_operands(float (&d)[64]) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// d[64x128] += a[64x16] (registers, BF16) · b[16x128] (shared memory, K-major BF16 via desc).
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
+        "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
+        "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+}
+__device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+#endif  // OSPREY_CUDA_EMULATION
+
+// Descriptor of a K-major BF16 operand with the 128-byte swizzle starting at shared address `addr`
+// (rows of 128 bytes, 8-row groups 1024 bytes apart); see the top of the file for the fields.
+__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
+    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+           (uint64_t(1) << 62);
+}
+
+// Two FP4 nibbles of word w as one BF16x2 of FP4 · 2^-126 (low half from the lower k; see the top):
+// with the nibbles isolated at bits [3:0] and [19:16], the product by 4160 = 2^12 + 2^6 holds each twice
+// without carries; the mask keeps the sign from the high copy (bit 15) and e1 e0 m from the low copy
+// (bits 8:6), in both halves. `shift` is 8 q (mlp1) or 4 q (mlp2).
+template <Proj kProj>
+__device__ __forceinline__ uint32_t fp4_pair(uint32_t w, uint32_t shift) {
+    uint32_t iso;
+    if constexpr (kProj == Proj::mlp1) {
+        const uint32_t b = (w >> shift) & 0xFFu;  // byte q: elements 2q (low nibble), 2q + 1
+        iso = (b | (b << 12)) & 0x000F000Fu;
+    } else {
+        iso = (w >> shift) & 0x000F000Fu;  // nibbles q and q + 4
+    }
+    return (iso * 4160u) & 0x81C081C0u;
+}
+
+__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
+    gate = fminf(gate, limit);
+    up = fminf(fmaxf(up, -limit), limit);
+    return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
+}
+
+// One tile of the schedule.
+struct Tile {
+    int expert, row0, n_rows, f0;  // routed rows [row0, row0 + n_rows) of sorted order; weight rows f0..
+};
+
+// Tile t (< tile_start[n_experts]) from the per-expert prefix sum of tile counts.
+__device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, int t) {
+    int lo = 0, hi = p.n_experts - 1;  // the last expert e with tile_start[e] <= t has tiles
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (tile_start[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    const int local = t - tile_start[lo];
+    const int n_tile = local / p.m_tiles, m_tile = local % p.m_tiles;
+    const int begin = p.offsets[lo], end = p.offsets[lo + 1];
+    const int row0 = begin + n_tile * kBN;
+    return {lo, row0, min(kBN, end - row0), m_tile * kBM};
+}
+
+template <Proj kProj>
+__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) {
+    pdl_enter();  // launch.cuh: before any global access
+
+    __shared__ mbar_t full[kStages], empty[kStages], scales_full[2], scales_empty[2];
+    __shared__ int tile_start[kMaxExperts + 1];
+    uint8_t* const raw = dynamic_smem();
+    uint8_t* const smem = raw + (1024 - smem_u32(raw) % 1024) % 1024;  // B tiles must be 1024-aligned
+    uint8_t* const scales_s = smem + kStages * kStageBytes;            // [2][kBM * n_groups]
+    const int tid = threadIdx.x;
+
+    // Tile counts per expert, prefix-summed by warp 0; barriers initialised by thread 0.
+    if (tid < 32) {
+        int before = 0;
+        for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
+            const int e = e0 + tid;
+            const int rows = e < p.n_experts ? p.offsets[e + 1] - p.offsets[e] : 0;
+            int incl = (rows + kBN - 1) / kBN * p.m_tiles;
+#pragma unroll
+            for (int o = 1; o < 32; o *= 2) {
+                const int n = __shfl_up_sync(0xffffffffu, incl, o);
+                if (tid >= o) incl += n;
+            }
+            if (e < p.n_experts) tile_start[e + 1] = before + incl;
+            before += __shfl_sync(0xffffffffu, incl, 31);
+        }
+        if (tid == 0) {
+            tile_start[0] = 0;
+            for (int s = 0; s < kStages; ++s) {
+                mbar_init(&full[s], 128);             // one cp.async arrival per producer thread
+                mbar_init(&empty[s], kConsumerWarps);  // one arrival per consumer warp
+            }
+            for (int s = 0; s < 2; ++s) {
+                mbar_init(&scales_full[s], 1);
+                mbar_init(&scales_empty[s], kConsumerWarps);
+            }
+            mbar_init_fence();
+        }
+    }
+    __syncthreads();
+    const int n_tiles = tile_start[p.n_experts];
+    const int wg = tid / 128;
+
+    if (wg == 0) {
+        // ---- producer: every thread copies 8 chunks of B and 4 of the FP4 tile per stage ----
+        setmaxnreg_dec<kProducerRegs>();
+        const int pt = tid;
+        const int xc = pt % 8, xr = pt / 8;  // chunk xc of B rows xr + 16 j
+        const int wc = pt % 2, wr = pt / 2;  // chunk wc of FP4 rows wr + 64 j
+        constexpr uint32_t kInvalid = 0xFFFFFFFFu;
+        int it = 0;  // stage uses so far (the ring position)
+        int local_tile = 0;
+        for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
+            const Tile tile = tile_at(p, tile_start, t);
+            const int slot = local_tile & 1;
+            const int rows_w = min(kBM, p.n_out - tile.f0);
+            if (pt == 0) {
+                mbar_wait(&scales_empty[slot], ((local_tile >> 1) & 1) ^ 1);
+                const uint32_t bytes = uint32_t(rows_w) * uint32_t(p.n_groups);
+                mbar_arrive_expect_tx(&scales_full[slot], bytes);
+                bulk_copy_g2s(scales_s + slot * kBM * p.n_groups,
+                              p.scales + (size_t(tile.expert) * p.n_out + tile.f0) * p.n_groups, bytes,
+                              &scales_full[slot]);
+            }
+            uint32_t x_src[8], w_src[4];  // element / byte offsets of k = 0, or kInvalid
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int n = xr + 16 * j;
+                uint32_t row = kInvalid;
+                if (n < tile.n_rows) {
+                    const int sorted = tile.row0 + n;
+                    row = uint32_t(kProj == Proj::mlp1 ? p.sorted_rows[sorted] / p.top_k : sorted);
+                }
+                x_src[j] = row == kInvalid ? kInvalid : row * uint32_t(p.n_in) + uint32_t(xc * 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int m = wr + 64 * j;
+                w_src[j] = m < rows_w ? (uint32_t(tile.expert) * uint32_t(p.n_out) + uint32_t(tile.f0 + m)) *
+                                                uint32_t(p.n_groups * 16) + uint32_t(wc * 16)
+                                      : kInvalid;
+            }
+            for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
+                const int stage = it % kStages;
+                mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+                uint8_t* xs = smem + stage * kStageBytes;
+                uint8_t* ws = xs + kXStageBytes;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const int n = xr + 16 * j;
+                    const bool ok = x_src[j] != kInvalid;
+                    cp_async16_zfill(xs + n * 128 + ((xc ^ (n & 7)) << 4), p.x + (ok ? x_src[j] + uint32_t(kt * kBK) : 0u),
+                                     ok);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int m = wr + 64 * j;
+                    const bool ok = w_src[j] != kInvalid;
+                    cp_async16_zfill(ws + m * 32 + ((wc ^ ((m >> 2) & 1)) << 4),
+                                     p.blocks + (ok ? w_src[j] + uint32_t(kt * 32) : 0u), ok);
+                }
+                cp_async_mbar_arrive_noinc(&full[stage]);
+            }
+        }
+        cp_async_wait_all();
+        return;
+    }
+
+    // ---- consumers ----
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;                  // consumer warpgroup: weight rows [128 cw, 128 cw + 128) of the tile
+    const int wt = tid % 128;               // thread in the warpgroup
+    const int warp = wt / 32, lane = wt % 32;
+    const int g = lane / 4, q = lane % 4;
+    const uint32_t shift = kProj == Proj::mlp1 ? 8u * q : 4u * q;
+    int it = 0;
+    int local_tile = 0;
+    float acc[kMBlocks][64];
+    uint32_t afrag[2][kMBlocks][2][4];  // [group h of the stage][m-block][k16 step][register]
+
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
+        const Tile tile = tile_at(p, tile_start, t);
+        const int slot = local_tile & 1;
+        const int e = tile.expert;
+
+        // Bias into the accumulators (times 2^-32, like the products). Rows past n_out (a partial
+        // m-tile) compute on whatever the stage holds and are never stored.
+#pragma unroll
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+            const int fa = tile.f0 + 128 * cw + 64 * mb + 16 * warp + g;
+            const bool ok = fa < p.n_out;  // n_out % 64 == 0: rows fa and fa + 8 are both valid or not
+            const float ba = ok ? __bfloat162float(p.bias[size_t(e) * p.n_out + fa]) * kBiasScale : 0.0f;
+            const float bb = ok ? __bfloat162float(p.bias[size_t(e) * p.n_out + fa + 8]) * kBiasScale : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                acc[mb][4 * i + 0] = ba, acc[mb][4 * i + 1] = ba;
+                acc[mb][4 * i + 2] = bb, acc[mb][4 * i + 3] = bb;
+            }
+        }
+
+        mbar_wait(&scales_full[slot], (local_tile >> 1) & 1);
+        const uint8_t* sc = scales_s + slot * kBM * p.n_groups;
+
+        for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
+            const int stage = it % kStages;
+            mbar_wait(&full[stage], (it / kStages) & 1);
+            fence_proxy_async();
+            const uint8_t* xs = smem + stage * kStageBytes;
+            const uint8_t* ws = xs + kXStageBytes;
+            const uint32_t xs_addr = smem_u32(xs);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int grp = 2 * kt + h;
+#pragma unroll
+                for (int mb = 0; mb < kMBlocks; ++mb) {
+                    const int fl = 128 * cw + 64 * mb + 16 * warp + g;  // tile-local weight row; fl + 8 too
+                    const uint8_t* row = ws + fl * 32 + ((h ^ ((fl >> 2) & 1)) << 4);
+                    const uint4 wa = ld_shared16(row), wb = ld_shared16(row + 8 * 32);
+                    const uint32_t sa = (uint32_t(sc[fl * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                    const uint32_t sb = (uint32_t(sc[(fl + 8) * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                    uint32_t(&f)[2][4] = afrag[h][mb];
+                    f[0][0] = bf16x2_mul(fp4_pair<kProj>(wa.x, shift), sa);
+                    f[0][1] = bf16x2_mul(fp4_pair<kProj>(wb.x, shift), sb);
+                    f[0][2] = bf16x2_mul(fp4_pair<kProj>(wa.y, shift), sa);
+                    f[0][3] = bf16x2_mul(fp4_pair<kProj>(wb.y, shift), sb);
+                    f[1][0] = bf16x2_mul(fp4_pair<kProj>(wa.z, shift), sa);
+                    f[1][1] = bf16x2_mul(fp4_pair<kProj>(wb.z, shift), sb);
+                    f[1][2] = bf16x2_mul(fp4_pair<kProj>(wa.w, shift), sa);
+                    f[1][3] = bf16x2_mul(fp4_pair<kProj>(wb.w, shift), sb);
+                }
+                wgmma_fence();
+#pragma unroll
+                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
+#pragma unroll
+                for (int s = 0; s < 2; ++s)
+#pragma unroll
+                    for (int mb = 0; mb < kMBlocks; ++mb)
+                        wgmma_m64n128k16(acc[mb], afrag[h][mb][s], desc_k_sw128(xs_addr + 32 * (2 * h + s)));
+                wgmma_commit();
+                wgmma_wait<1>();  // the group before this one is complete: its A buffer and stage are free
+#pragma unroll
+                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
+                if (h == 0 && kt > 0) {
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+                }
+            }
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
+        __syncwarp();
+        if (lane == 0) {
+            mbar_arrive(&empty[(it - 1) % kStages]);
+            mbar_arrive(&scales_empty[slot]);
+        }
+
+        // Epilogue. acc[mb][4i + j]: weight row fa (j < 2) or fa + 8, tile row 8i + 2q + j % 2.
+#pragma unroll
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+            const int fa = tile.f0 + 128 * cw + 64 * mb + 16 * warp + g, fb = fa + 8;
+            if (fa >= p.n_out) continue;  // uniform over the warpgroup (n_out % 64 == 0)
+            if constexpr (kProj == Proj::mlp1) {
+                // Rows 2j (gate) and 2j + 1 (up) of unit j sit in lanes 4 apart: the even lane keeps
+                // routed row 2q, the odd lane 2q + 1, after swapping the other half with its partner.
+                const bool even = (g & 1) == 0;
+                const int d_ff = p.n_out / 2;
+                __nv_bfloat16* u = static_cast<__nv_bfloat16*>(p.out);
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+                    const float* v = &acc[mb][4 * i];
+                    const float va0 = v[0] * kUnscale, va1 = v[1] * kUnscale;
+                    const float vb0 = v[2] * kUnscale, vb1 = v[3] * kUnscale;
+                    const float a_other = __shfl_xor_sync(0xffffffffu, even ? va1 : va0, 4);
+                    const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
+                    const int n = 8 * i + 2 * q + (even ? 0 : 1);
+                    if (n < tile.n_rows) {
+                        const float out_a = even ? swiglu(va0, a_other, p.alpha, p.limit) : swiglu(a_other, va1, p.alpha, p.limit);
+                        const float out_b = even ? swiglu(vb0, b_other, p.alpha, p.limit) : swiglu(b_other, vb1, p.alpha, p.limit);
+                        __nv_bfloat16* urow = u + size_t(tile.row0 + n) * d_ff;
+                        urow[moe_u_column(fa >> 1)] = __float2bfloat16_rn(out_a);
+                        urow[moe_u_column(fb >> 1)] = __float2bfloat16_rn(out_b);
+                    }
+                }
+            } else {
+                float* y = static_cast<float*>(p.out);
+#pragma unroll
+                for (int i = 0; i < 16; ++i) {
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int n = 8 * i + 2 * q + j;
+                        if (n < tile.n_rows) {
+                            float* yrow = y + size_t(p.sorted_rows[tile.row0 + n]) * p.n_out;
+                            yrow[fa] = acc[mb][4 * i + j] * kUnscale;
+                            yrow[fb] = acc[mb][4 * i + 2 + j] * kUnscale;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+}  // namespace osprey::cuda::moe_wgmma
+
+#ifndef OSPREY_CUDA_EMULATION
+namespace osprey::cuda {
+
+namespace {
+
+// The largest n_in whose two per-tile scale buffers fit beside the pipeline (227 KB per block on the
+// H200, less the static barriers and tile table).
+constexpr int kMaxSmemBytes = 227 * 1024 - 2048;
+
+// Opts `kernel` in to kMaxSmemBytes of dynamic shared memory; returns the SM count (the persistent grid).
+int prepare_device(const void* kernel) {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
+    return sms;
+}
+
+template <moe_wgmma::Proj kProj>
+void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
+    namespace mw = moe_wgmma;
+    auto kernel = mw::moe_wgmma_kernel<kProj>;
+    const size_t smem = mw::smem_bytes(p.n_groups);
+    // Once per thread (the attribute is per device; each rank of a parallel layout drives its GPU from
+    // its own thread).
+    thread_local const int n_sms = prepare_device(reinterpret_cast<const void*>(kernel));
+    OSPREY_CHECK(smem <= size_t(kMaxSmemBytes), "moe wgmma: n_in = ", p.n_in, " needs ", smem, " bytes of shared memory");
+    // Upper bound of the tile count: Σ_e ceil(rows_e / kBN) <= rows / kBN + active experts, times m-tiles.
+    const int64_t max_tiles = (int64_t(n_rows) / mw::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
+    const int grid = int(std::min<int64_t>(n_sms, max_tiles));
+    cuda::launch(kernel, dim3(grid), dim3(mw::kThreads), smem, stream, p);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool moe_wgmma_supports(int n_in, int n_out) {
+    return n_in > 0 && n_out > 0 && n_in % 64 == 0 && n_out % 64 == 0 &&
+           moe_wgmma::smem_bytes(n_in / 32) <= size_t(kMaxSmemBytes);
+}
+
+bool moe_wgmma_enabled() {
+    static const bool enabled = [] {
+        const char* v = std::getenv("OSPREY_MOE_WGMMA");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    return enabled;
+}
+
+void moe_wgmma_launch(const MoeWgmmaProblem& a, cudaStream_t stream) {
+    OSPREY_CHECK(moe_wgmma_supports(a.n_in, a.n_out), "moe wgmma: unsupported projection ", a.n_out, " x ", a.n_in,
+                 " (n_in and n_out must be multiples of 64)");
+    OSPREY_CHECK(a.n_experts > 0 && a.n_experts <= moe_wgmma::kMaxExperts, "moe wgmma: n_experts = ", a.n_experts);
+    if (a.n_rows == 0) return;
+    const moe_wgmma::Params p{a.blocks,
+                              a.scales,
+                              reinterpret_cast<const __nv_bfloat16*>(a.bias),
+                              reinterpret_cast<const __nv_bfloat16*>(a.x),
+                              a.out,
+                              a.expert_offsets,
+                              a.sorted_rows,
+                              a.n_experts,
+                              a.top_k,
+                              a.n_in,
+                              a.n_out,
+                              a.n_in / 32,
+                              a.n_in / moe_wgmma::kBK,
+                              (a.n_out + moe_wgmma::kBM - 1) / moe_wgmma::kBM,
+                              a.swiglu_alpha,
+                              a.swiglu_limit};
+    if (a.mlp1) launch<moe_wgmma::Proj::mlp1>(p, a.n_rows, stream);
+    else launch<moe_wgmma::Proj::mlp2>(p, a.n_rows, stream);
+}
+
+}  // namespace osprey::cuda
+#endif  // OSPREY_CUDA_EMULATION

@@ -1,0 +1,42 @@
+// The Hopper (sm_90a) path of the MXFP4 expert GEMMs for prefill-sized batches: MoeKernel::wgmma of
+// moe_mlp1 / moe_mlp2 (moe_mlp_mxfp4.h; same arguments, same outputs, same numerics). Internal to
+// those two entry points; the design is described in moe_mlp_wgmma.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/bf16.h"
+
+namespace osprey::cuda {
+
+// One projection of the routed rows of all experts (see MoeMlp1Args / MoeMlp2Args).
+struct MoeWgmmaProblem {
+    bool mlp1 = true;                        // mlp1: SwiGLU epilogue into u; mlp2: y per routed row
+    const uint8_t* blocks = nullptr;         // [n_experts, n_out, n_in / 32, 16]
+    const uint8_t* scales = nullptr;         // [n_experts, n_out, n_in / 32]
+    const bf16* bias = nullptr;              // [n_experts, n_out]
+    const bf16* x = nullptr;                 // mlp1: [n_tokens, n_in] (gathered); mlp2: u [n_rows, n_in] (sorted)
+    void* out = nullptr;                     // mlp1: u [n_rows, n_out / 2] bf16; mlp2: y [n_rows, n_out] f32
+    const int32_t* expert_offsets = nullptr; // [n_experts + 1]
+    const int32_t* sorted_rows = nullptr;    // [n_rows]
+    int n_rows = 0;                          // n_tokens * top_k
+    int n_experts = 0;
+    int top_k = 4;
+    int n_in = 0;                            // multiple of 64
+    int n_out = 0;                           // multiple of 64
+    float swiglu_alpha = 0.0f;               // mlp1 only
+    float swiglu_limit = 0.0f;
+};
+
+// Whether the wgmma kernel takes this projection shape (n_in, n_out multiples of 64; the per-tile
+// scale buffers fit in shared memory). The caller falls back to the mma.sync kernel otherwise.
+bool moe_wgmma_supports(int n_in, int n_out);
+
+// $OSPREY_MOE_WGMMA=1: MoeKernel::automatic takes wgmma where it would take gemm (read once).
+bool moe_wgmma_enabled();
+
+void moe_wgmma_launch(const MoeWgmmaProblem& p, cudaStream_t stream);
+
+}  // namespace osprey::cuda

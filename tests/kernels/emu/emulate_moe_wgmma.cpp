@@ -1,0 +1,213 @@
+// Runs the wgmma MoE expert GEMMs' device code (src/kernels/cuda/moe_mlp_wgmma.cu, compiled as C++ against
+// moe_wgmma_emulation.h) on the CPU and compares u (mlp1) and y (mlp2, fed the emulated u) with the CPU
+// reference (mxfp4_matmul, swiglu), on small shapes cut at the kernel's tile constants: experts with 0,
+// 1, 127..130, 262 routed rows (partial, full and several token tiles), weight rows that leave partial
+// m-tiles (half a warpgroup's rows, a whole warpgroup idle), k-loops shorter than, equal to and longer
+// than the pipeline ring, and persistent grids of 1 CTA (every tile through one ring) up to more CTAs
+// than tiles. Dynamic shared memory starts as 0xFF bytes (BF16 NaN), so reading what was never copied
+// shows. Not a CTest test (a minute or two on 2 cores).
+//   usage: emulate_moe_wgmma [seed]
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "kernels/cpu/mxfp4_matmul.h"
+#include "kernels/cpu/swiglu.h"
+#include "moe_wgmma_emulation.h"
+// moe_u_column (extracted from moe_mlp_mxfp4.h by scripts/emulate_moe_wgmma.sh)
+#include "moe_u_column.h"
+#include "kernels/cuda/moe_mlp_wgmma.cu"
+
+namespace osprey::cuda {
+
+using namespace moe_wgmma;
+
+// One persistent grid, CTA after CTA, a std::thread per CUDA thread.
+template <Proj kProj>
+void emu_grid(const Params& p, int grid) {
+    const size_t smem = smem_bytes(p.n_groups);
+    std::vector<uint8_t> buf(smem + 2048);
+    g_smem_window = buf.data() + (1024 - reinterpret_cast<uintptr_t>(buf.data()) % 1024) % 1024;
+    for (int b = 0; b < grid; ++b) {
+        std::fill(buf.begin(), buf.end(), 0xFF);
+        g_dyn_smem = g_smem_window + 16;
+        std::barrier<> block(kThreads);
+        std::vector<std::unique_ptr<std::barrier<>>> warps, wgs;
+        for (int w = 0; w < kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+        for (int w = 0; w < kThreads / 128; ++w) wgs.push_back(std::make_unique<std::barrier<>>(128));
+        g_block = &block;
+        g_warp.clear();
+        for (auto& w : warps) g_warp.push_back(w.get());
+        g_warpgroup.clear();
+        for (auto& w : wgs) g_warpgroup.push_back(w.get());
+        g_slots.assign(kThreads / 32, Slot{});
+        g_wgmma.assign(kThreads, {});
+        gridDim.x = unsigned(grid);
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = unsigned(t);
+                blockIdx.x = unsigned(b);
+                moe_wgmma_kernel<kProj>(p);
+            });
+        for (auto& th : threads) th.join();
+        for (const WgmmaQueue& q : g_wgmma)
+            if (!q.ops.empty()) {
+                std::fprintf(stderr, "CTA %d: a thread exited with %zu wgmma operations never waited for\n", b,
+                             q.ops.size());
+                std::abort();
+            }
+    }
+}
+
+Params params(const uint8_t* blocks, const uint8_t* scales, const bf16* bias, const bf16* x, void* out,
+              const int32_t* offsets, const int32_t* sorted, int n_experts, int n_in, int n_out) {
+    return {blocks, scales, reinterpret_cast<const __nv_bfloat16*>(bias), reinterpret_cast<const __nv_bfloat16*>(x),
+            out, offsets, sorted, n_experts, 4, n_in, n_out, n_in / 32, n_in / kBK, (n_out + kBM - 1) / kBM,
+            1.702f, 7.0f};
+}
+
+}  // namespace osprey::cuda
+
+using namespace osprey;
+
+namespace {
+
+int failures = 0, checks = 0;
+
+struct Weights {
+    int n_experts, n_out, n_in;
+    std::vector<uint8_t> blocks, scales;
+    std::vector<bf16> bias;
+    std::vector<float> bias_f;
+    Weights(int e, int n_out_, int n_in_, std::mt19937& rng) : n_experts(e), n_out(n_out_), n_in(n_in_) {
+        blocks.resize(size_t(e) * n_out * n_in / 2);
+        scales.resize(size_t(e) * n_out * n_in / 32);
+        for (auto& b : blocks) b = uint8_t(rng());
+        for (auto& s : scales) s = uint8_t(116 + rng() % 7);
+        for (size_t i = 0; i < scales.size(); i += 37)  // the ends of the exact range
+            scales[i] = uint8_t(rng() % 2 ? 34 + rng() % 30 : 140 + rng() % 21);
+        bias.resize(size_t(e) * n_out), bias_f.resize(bias.size());
+        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+        for (size_t i = 0; i < bias.size(); ++i) bias[i] = float_to_bf16(u(rng)), bias_f[i] = bf16_to_float(bias[i]);
+    }
+    std::vector<float> matmul(int e, const std::vector<float>& x, int n) const {
+        std::vector<float> y(size_t(n) * n_out);
+        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
+        cpu::mxfp4_matmul(y, x, std::span(blocks).subspan(e * bb, bb), std::span(scales).subspan(e * sb, sb),
+                          std::span(bias_f).subspan(size_t(e) * n_out, n_out), n, n_in, n_out);
+        return y;
+    }
+};
+
+// |got - want| <= tol_max * max|want| + tol_rel * |want| everywhere (NaN fails); the worst printed.
+void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
+             int cols, double tol_max, double tol_rel) {
+    ++checks;
+    double mx = 0;
+    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
+    double worst = -1e300;
+    size_t wi = 0, bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        const double err = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) - (tol_max * mx + tol_rel * std::fabs(want[i]))
+                                                 : 1e300;
+        if (err > 0) ++bad;
+        if (err > worst) worst = err, wi = i;
+    }
+    if (bad) {
+        ++failures;
+        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (max|want| %g)\n", tag.c_str(),
+                    what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], mx);
+    }
+}
+
+struct Shape {
+    const char* name;
+    int d_model, d_ff;
+    std::vector<int> rows_per_expert;  // sums to a multiple of 4 (top-4)
+};
+
+void run(const Shape& s, std::mt19937& rng, const std::vector<int>& grids) {
+    const int E = int(s.rows_per_expert.size());
+    int n_rows = 0;
+    for (int r : s.rows_per_expert) n_rows += r;
+    const int n_tokens = n_rows / 4;
+    const Weights w1(E, 2 * s.d_ff, s.d_model, rng), w2(E, s.d_model, s.d_ff, rng);
+    std::uniform_real_distribution<float> ux(-2.0f, 2.0f);
+    std::vector<bf16> x(size_t(n_tokens) * s.d_model);
+    for (auto& v : x) v = float_to_bf16(ux(rng));
+    // Routing: expert e gets rows_per_expert[e] of the routed rows, in a random order; grouped as
+    // moe_group_by_expert does (by expert, then by routed row).
+    std::vector<int> ids;
+    for (int e = 0; e < E; ++e) ids.insert(ids.end(), s.rows_per_expert[e], e);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<int32_t> offsets(E + 1, 0), sorted;
+    for (int e = 0; e < E; ++e) {
+        offsets[e + 1] = offsets[e] + s.rows_per_expert[e];
+        for (int r = 0; r < n_rows; ++r)
+            if (ids[r] == e) sorted.push_back(r);
+    }
+    std::vector<int> position(n_rows);
+    for (int i = 0; i < n_rows; ++i) position[sorted[i]] = i;
+
+    // Reference u (from x) per routed row, in routed-row order.
+    std::vector<float> u_ref(size_t(n_rows) * s.d_ff);
+    for (int r = 0; r < n_rows; ++r) {
+        std::vector<float> xr(s.d_model);
+        for (int c = 0; c < s.d_model; ++c) xr[c] = bf16_to_float(x[size_t(r / 4) * s.d_model + c]);
+        const std::vector<float> a = w1.matmul(ids[r], xr, 1);
+        std::vector<float> u(s.d_ff);
+        cpu::swiglu_clamped(u, a, 1, s.d_ff, 1.702f, 7.0f);
+        std::copy(u.begin(), u.end(), u_ref.begin() + size_t(r) * s.d_ff);
+    }
+
+    for (int grid : grids) {
+        char tag[160];
+        std::snprintf(tag, sizeof tag, "[%s d_model=%d d_ff=%d rows=%d grid=%d]", s.name, s.d_model, s.d_ff, n_rows, grid);
+        std::vector<bf16> u_dev(size_t(n_rows) * s.d_ff, bf16{0xFFFF});   // poisoned
+        std::vector<float> y_dev(size_t(n_rows) * s.d_model, NAN);
+        cuda::emu_grid<cuda::Proj::mlp1>(cuda::params(w1.blocks.data(), w1.scales.data(), w1.bias.data(), x.data(),
+                                                       u_dev.data(), offsets.data(), sorted.data(), E, s.d_model,
+                                                       2 * s.d_ff),
+                                         grid);
+        cuda::emu_grid<cuda::Proj::mlp2>(cuda::params(w2.blocks.data(), w2.scales.data(), w2.bias.data(), u_dev.data(),
+                                                       y_dev.data(), offsets.data(), sorted.data(), E, s.d_ff, s.d_model),
+                                         grid);
+        // u: stored at sorted position, columns moe_u_column.
+        std::vector<float> u_got(size_t(n_rows) * s.d_ff), u_in(size_t(n_rows) * s.d_ff);
+        for (int r = 0; r < n_rows; ++r)
+            for (int j = 0; j < s.d_ff; ++j)
+                u_got[size_t(r) * s.d_ff + j] =
+                    bf16_to_float(u_dev[size_t(position[r]) * s.d_ff + cuda::moe_u_column(j)]);
+        compare("mlp1 u", tag, u_got, u_ref, s.d_ff, 1e-3, 1.0 / 256);
+        // y against the reference fed the emulated u (isolates mlp2), row r = routed row.
+        std::vector<float> y_ref(size_t(n_rows) * s.d_model);
+        for (int r = 0; r < n_rows; ++r) {
+            const std::vector<float> ur(u_got.begin() + size_t(r) * s.d_ff, u_got.begin() + size_t(r + 1) * s.d_ff);
+            const std::vector<float> y = w2.matmul(ids[r], ur, 1);
+            std::copy(y.begin(), y.end(), y_ref.begin() + size_t(r) * s.d_model);
+        }
+        compare("mlp2 y", tag, y_dev, y_ref, s.d_model, 1e-4, 1e-4);
+        std::printf("%s done\n", tag);
+        std::fflush(stdout);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const unsigned seed = argc > 1 ? unsigned(std::atoi(argv[1])) : 1u;
+    std::mt19937 rng(seed);
+    // edges: mlp1 128 x 192 (3 k-stages, half an m-tile: consumer warpgroup 1 idle), mlp2 192 x 64 (one
+    // k-stage; 3 of 4 m-blocks); experts with 0, 5, 130 (a full tile + 2) and 1 rows.
+    // mid: mlp1 640 x 320 (5 k-stages = the ring; 2.5 m-tiles), mlp2 320 x 320; 0 to 262 rows per expert.
+    const Shape shapes[] = {{"edges", 192, 64, {0, 5, 130, 1}},
+                            {"mid", 320, 320, {129, 0, 1, 262, 128}},
+                            {"ring", 448, 128, {127, 0, 0, 1, 4}}};  // mlp1 256 x 448: 7 k-stages, mlp2 448 x 128
+    for (const Shape& s : shapes) run(s, rng, {1, 3, 7});
+    std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
+    return failures ? 1 : 0;
+}

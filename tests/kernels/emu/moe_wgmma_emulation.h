@@ -1,0 +1,128 @@
+// What kernels/cuda/moe_mlp_wgmma.cu needs beyond moe_decode_emulation.h, for running its device code
+// on the CPU (scripts/emulate_moe_wgmma.sh):
+//   - shared addresses: offsets from g_smem_window (a 1024-aligned base); the dynamic shared memory the
+//     kernel sees starts 16 bytes past it, so the kernel's own 1024-byte alignment is exercised;
+//   - cp.async (16 bytes, zero-fill) as an immediate copy, its mbarrier arrival as a plain arrival;
+//     cp.async.bulk as moe_decode_emulation.h's bulk_copy;
+//   - wgmma.mma_async m64n128k16 (A from registers, B from a shared-memory descriptor) as the PTX ISA
+//     defines it, executed LAZILY: mma_async only records (accumulator pointer, A register pointer,
+//     descriptor); wait_group N executes every recorded operation but those of the newest N committed
+//     groups, reading the A registers and shared memory at that moment. So a kernel that rewrites an A
+//     buffer, releases a stage, or reads its accumulators before the wait that covers them computes a
+//     wrong result here, as it could on the GPU. The B element (k, n) is read from the address the
+//     descriptor defines for a K-major operand with the 128-byte swizzle:
+//         start + (n % 8) * 128 + (n / 8) * SBO + (k / 8) * 16 + (k % 8) * 2, then bits [4,7) ^= bits [7,10)
+//     and descriptors of any other form (layout type, LBO != 1, base offset) abort;
+//   - setmaxnreg, wgmma.fence, fence.proxy.async, PDL: no-ops.
+#pragma once
+
+#include <barrier>
+#include <vector>
+
+#include "moe_decode_emulation.h"
+
+namespace osprey::cuda {
+
+inline uint8_t* g_smem_window = nullptr;  // 1024-aligned; shared address 0
+inline std::vector<std::barrier<>*> g_warpgroup;  // [warpgroups of the block]
+
+inline uint32_t smem_u32(const void* p) {
+    return uint32_t(static_cast<const uint8_t*>(p) - g_smem_window);
+}
+inline uint8_t* dynamic_smem() {
+    return g_dyn_smem;
+}
+inline void pdl_enter() {}
+template <int kRegs>
+void setmaxnreg_dec() {}
+template <int kRegs>
+void setmaxnreg_inc() {}
+inline void fence_proxy_async() {}
+inline void wgmma_fence() {}
+inline void fence_operands(float (&)[64]) {}
+
+inline void cp_async16_zfill(void* dst, const void* src, bool valid) {
+    if (reinterpret_cast<uintptr_t>(dst) % 16 || (valid && reinterpret_cast<uintptr_t>(src) % 16)) {
+        std::fprintf(stderr, "cp.async: misaligned\n");
+        std::abort();
+    }
+    if (valid) std::memcpy(dst, src, 16);
+    else std::memset(dst, 0, 16);
+}
+inline void cp_async_mbar_arrive_noinc(mbar_t* bar) {
+    mbar_arrive(bar);
+}
+inline void cp_async_wait_all() {}
+inline void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
+    bulk_copy(dst, src, bytes, bar, 0);
+}
+
+struct WgmmaOp {
+    float* d;
+    const uint32_t* a;
+    uint64_t desc;
+};
+struct WgmmaQueue {
+    std::vector<WgmmaOp> ops;        // recorded, not yet executed
+    std::vector<size_t> group_ends;  // ops.size() at each commit not yet executed
+};
+inline std::vector<WgmmaQueue> g_wgmma;  // [threads of the block]
+
+inline void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+    g_wgmma[threadIdx.x].ops.push_back({d, a, desc});
+}
+inline void wgmma_commit() {
+    WgmmaQueue& q = g_wgmma[threadIdx.x];
+    q.group_ends.push_back(q.ops.size());
+}
+
+// B(k, n) of a K-major BF16 operand with the 128-byte swizzle, from its descriptor.
+inline float wgmma_b(uint64_t desc, int k, int n) {
+    const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
+    const uint32_t lbo = uint32_t((desc >> 16) & 0x3FFFu);
+    const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+    const uint32_t base_offset = uint32_t((desc >> 49) & 7u);
+    const uint32_t layout = uint32_t(desc >> 62);
+    constexpr uint64_t kFields = 0x3FFFull | (0x3FFFull << 16) | (0x3FFFull << 32) | (7ull << 49) | (3ull << 62);
+    if (layout != 1 || lbo != 1 || base_offset != 0 || (desc & ~kFields) != 0) {
+        std::fprintf(stderr, "wgmma: unsupported descriptor %016llx\n", static_cast<unsigned long long>(desc));
+        std::abort();
+    }
+    uint32_t addr = start + uint32_t(n % 8) * 128 + uint32_t(n / 8) * sbo + uint32_t(k / 8) * 16 + uint32_t(k % 8) * 2;
+    addr ^= ((addr >> 7) & 7u) << 4;
+    uint16_t bits;
+    std::memcpy(&bits, g_smem_window + addr, 2);
+    return bits_to_float(bits);
+}
+
+// Executes every recorded operation of this thread's warpgroup but those of the newest kPending
+// committed groups. All 128 threads of the warpgroup call it together (.sync.aligned).
+template <int kPending>
+void wgmma_wait() {
+    const int wg = int(threadIdx.x) / 128, t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
+    WgmmaQueue& me = g_wgmma[threadIdx.x];
+    const size_t groups = me.group_ends.size();
+    const size_t n_exec = groups > size_t(kPending) ? me.group_ends[groups - kPending - 1] : 0;
+    g_warpgroup[wg]->arrive_and_wait();  // every thread's registers and queue are final
+    auto a_elem = [&](size_t op, int row, int k) {  // A(row, k) of operation op, from its owner's registers
+        const int owner = wg * 128 + (row / 16) * 32 + (row % 8) * 4 + (k % 8) / 2;
+        const uint32_t reg = g_wgmma[owner].ops[op].a[(row % 16) / 8 + 2 * (k / 8)];
+        return bits_to_float(uint16_t(k % 2 ? reg >> 16 : reg));
+    };
+    for (size_t i = 0; i < n_exec; ++i) {
+        const WgmmaOp& op = me.ops[i];
+        for (int v = 0; v < 64; ++v) {  // d[4j + r]: row 16 warp + lane / 4 + 8 (r / 2), column 8j + 2 (lane % 4) + r % 2
+            const int row = 16 * warp + lane / 4 + 8 * ((v / 2) % 2);
+            const int col = 8 * (v / 4) + 2 * (lane % 4) + v % 2;
+            double sum = 0.0;
+            for (int k = 0; k < 16; ++k) sum += double(a_elem(i, row, k)) * double(wgmma_b(op.desc, k, col));
+            op.d[v] = float(double(op.d[v]) + sum);
+        }
+    }
+    g_warpgroup[wg]->arrive_and_wait();  // nobody reads this queue any more
+    me.ops.erase(me.ops.begin(), me.ops.begin() + long(n_exec));
+    while (!me.group_ends.empty() && me.group_ends.front() <= n_exec) me.group_ends.erase(me.group_ends.begin());
+    for (size_t& e : me.group_ends) e -= n_exec;
+}
+
+}  // namespace osprey::cuda
