@@ -298,7 +298,9 @@ int bench_decode_speculative(const cli::Args& a, const benchtool::DecodeOptions&
                 eo.max_batch_tokens = std::max(o.chunk, batch * (1 + k));
                 eo.max_mixed_prefill_tokens = 0;  // every prompt at full speed before the timed steps
                 eo.enable_prefix_caching = false;
-                const int max_new = (o.warmup + o.steps + 2) * (k + 1) + 1;
+                // Sequences prefilled first decode (1 + k tokens a step) while the later ones prefill.
+                const int prefill_steps = int((int64_t(batch) * context + eo.max_batch_tokens - 1) / eo.max_batch_tokens);
+                const int max_new = (o.warmup + o.steps + prefill_steps + 2) * (k + 1) + 1;
                 eo.max_kv_tokens = int64_t(batch) * (context + max_new + 2 * o.page_size);
                 if (run.spec) {
                     eo.speculative = base;

@@ -121,7 +121,7 @@ TEST(cuda_speculative, captured_hidden_states_match_the_reference) {
 
 // Verify steps (1 + k tokens per slice, a logit row each) and mixed steps (a decode beside verifies)
 // replayed from CUDA graphs give the logits and captured hidden states of eager launches, across
-// rollbacks: each shape is captured on its second sighting and replayed after that. Pure verify
+// rollbacks: each shape is captured when it recurs within a few steps and replayed after that. Pure verify
 // steps run the same kernels either way (equal up to nothing); a decode beside them gets the graph's
 // fixed KV split count, which may move a BF16 rounding (the bound of graph_decode_matches_eager).
 TEST(cuda_speculative, graph_verify_matches_eager) {
@@ -178,6 +178,17 @@ TEST(cuda_speculative, graph_verify_matches_eager) {
         for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed += 1 + int(rng() % uint32_t(n[i]));
     }
     EXPECT_EQ(graphed->graphs_captured(), 2) << "one graph per shape";
+    // A shape that comes back only after more than kGraphRecurSteps steps (an occasional probe of the
+    // back-off or the adaptive policy) runs eagerly both times: no capture for it.
+    const std::vector<int> rare = {2, 2, 2};
+    auto step_and_advance = [&](const std::vector<int>& n) {
+        EXPECT_LT(run(n, true), 1e-3);
+        for (size_t i = 0; i < seqs.size(); ++i) seqs[i].n_computed += 1 + int(rng() % uint32_t(n[i]));
+    };
+    step_and_advance(rare);
+    for (int k = 0; k < 5; ++k) step_and_advance(shapes[0]);
+    step_and_advance(rare);
+    EXPECT_EQ(graphed->graphs_captured(), 2) << "the rare shape was captured";
     EXPECT_EQ(eager->graphs_captured(), 0);
 }
 

@@ -47,7 +47,7 @@ inline constexpr int kWgmmaPrefillTokens = 16;  // query tokens per prefill item
 //   wgmma     attention_prefill_wgmma.h: items of kWgmmaPrefillTokens, Hopper wgmma + warp
 //             specialisation (FlashAttention-3 style)
 enum class AttnPrefillKernel : int32_t { mma_sync, wgmma };
-// $OSPREY_ATTN_WGMMA=1 selects wgmma, anything else mma_sync (read once per process).
+// wgmma by default; $OSPREY_ATTN_WGMMA=0 selects mma_sync (read once per process).
 AttnPrefillKernel attention_prefill_kernel_default();
 
 struct AttnSlice {

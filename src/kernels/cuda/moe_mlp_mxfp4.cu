@@ -452,12 +452,16 @@ MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts) {
     return MoeKernel::gemm;
 }
 
-// The kernel a call runs: `requested`, or for automatic the batch-shape choice, with gemm replaced by
-// wgmma when $OSPREY_MOE_WGMMA=1 and the projection's widths allow it.
+// The kernel a call runs: `requested`, or for automatic the batch-shape choice, with gemm (and narrow
+// from kMoeWgmmaMinRowsPerExpert routed rows per expert) replaced by wgmma where the projection's widths
+// allow it, unless $OSPREY_MOE_WGMMA=0.
 static MoeKernel resolve_kind(MoeKernel requested, int n_tokens, int top_k, int n_experts, int n_in, int n_out) {
     if (requested != MoeKernel::automatic) return requested;
     const MoeKernel k = moe_choose_kernel(n_tokens, top_k, n_experts);
-    return k == MoeKernel::gemm && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out) ? MoeKernel::wgmma : k;
+    const bool wide = k == MoeKernel::gemm ||
+                      (k == MoeKernel::narrow &&
+                       int64_t(n_tokens) * top_k >= int64_t(kMoeWgmmaMinRowsPerExpert) * n_experts);
+    return wide && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out) ? MoeKernel::wgmma : k;
 }
 
 // The launch of one projection with the tiling `kind` (automatic resolved by the caller).

@@ -25,9 +25,13 @@
 // moe_choose_kernel() picks one from the batch shape (documented there); tests force each.
 // A fourth, wgmma (moe_mlp_wgmma.h/.cu), is the prefill GEMM on Hopper warpgroup MMA: persistent,
 // warp-specialised (a cp.async producer warpgroup, two consumer warpgroups), 256 weight rows x 128
-// routed rows per tile, the bias loaded into the accumulators. Same outputs and numerics as gemm. Not
-// yet measured on the H200: MoeKernel::automatic uses it in place of gemm only when $OSPREY_MOE_WGMMA=1
-// (and the projection's widths are multiples of 64); tests and benchmarks force it.
+// routed rows per tile, the bias loaded into the accumulators. Same outputs and numerics as gemm.
+// MoeKernel::automatic uses it in place of gemm, and of narrow from kMoeWgmmaMinRowsPerExpert routed rows
+// per expert, when the projection's widths are multiples of 64 ($OSPREY_MOE_WGMMA=0: never). Measured
+// on the H200 (bench_moe, mlp1 + mlp2, 2026-12-01): 20b 8192 tokens gemm 7144 us (27-33% of 790
+// TFLOP/s) -> wgmma 4296 us (46-53%); 20b 1024 tokens (128 rows/expert) narrow ~1299 (earlier table),
+// gemm 1278 -> wgmma 781 us; 120b 1024 tokens (32 rows/expert) narrow 1654 against wgmma 1806, so
+// narrow stays there.
 //
 // Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
 // [34, 160], i.e. block maxima from 2^-93 to 6·2^33 (trained checkpoints use ~110..127); outside it
@@ -66,6 +70,7 @@ const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm", 
 //   256-1024      - / 9303 / 7319 (8192 tokens)         - / 9681 / 8283 (8192 tokens)
 inline constexpr int kMoeGemvMaxRowsPerExpert = 4;
 inline constexpr int kMoeNarrowMaxRowsPerExpert = 128;
+inline constexpr int kMoeWgmmaMinRowsPerExpert = 64;  // automatic: wgmma instead of narrow from here
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
 
 // Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units

@@ -561,7 +561,7 @@ bool moe_wgmma_supports(int n_in, int n_out) {
 bool moe_wgmma_enabled() {
     static const bool enabled = [] {
         const char* v = std::getenv("OSPREY_MOE_WGMMA");
-        return v != nullptr && std::strcmp(v, "1") == 0;
+        return !(v != nullptr && std::strcmp(v, "0") == 0);  // on unless $OSPREY_MOE_WGMMA=0
     }();
     return enabled;
 }

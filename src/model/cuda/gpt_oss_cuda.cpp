@@ -439,7 +439,11 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     if (step.graph_key_ok) {
         it = graphs_.find(step.graph_key);
         if (graph_sightings_.size() > size_t(4 * kMaxGraphs)) graph_sightings_.clear();  // one-off shapes
-        const bool seen_enough = step.decode_only || ++graph_sightings_[step.graph_key] >= 2;
+        ++n_graph_steps_;
+        int64_t& last_seen = graph_sightings_[step.graph_key];
+        const bool recurring = last_seen > 0 && n_graph_steps_ - last_seen <= kGraphRecurSteps;
+        last_seen = n_graph_steps_;
+        const bool seen_enough = step.decode_only || recurring;
         if (it == graphs_.end() && seen_enough && int(graphs_.size()) < kMaxGraphs) {
             cuda::Graph g;
             g.capture(stream_, [&] { run_step(step); });

@@ -117,10 +117,13 @@ public:
     // each attention plan's item counts and the K/V store rows. Metadata offsets follow from them
     // (prepare() packs fixed-size arrays first, the page table last).
     using GraphKey = std::array<int, 11>;
-    // A captured step shape must be seen this often before it is captured (pure decode steps: at once,
-    // as they repeat every step; steps with verify slices: on their second sighting, so that a shape
-    // seen once does not pay a capture), and at most kMaxGraphs are kept (beyond: eager launches).
+    // When a step shape is captured: pure decode steps at once, as they repeat every step; steps with
+    // verify slices when the same shape recurs within kGraphRecurSteps graphable steps, so that the
+    // shapes of occasional probes (a back-off or the adaptive policy letting one sequence propose every
+    // few dozen steps) never pay a capture: on the H200 a capture on each probe's second sighting cost
+    // n-gram lookup 4% at batch 1 (20b). At most kMaxGraphs are kept (beyond: eager launches).
     static constexpr int kMaxGraphs = 512;
+    static constexpr int kGraphRecurSteps = 4;
     static constexpr int kMaxGraphSliceTokens = 17;  // 1 + the largest k (engine/speculative.h)
 
 private:
@@ -178,7 +181,8 @@ private:
 
     // Decode and verify steps, by shape; how often each shape with verify slices was seen.
     std::map<GraphKey, cuda::Graph> graphs_;
-    std::map<GraphKey, int> graph_sightings_;
+    std::map<GraphKey, int64_t> graph_sightings_;  // shapes with verify slices: the step last seen
+    int64_t n_graph_steps_ = 0;                     // graphable steps so far
     int n_logit_rows_ = 0;
     std::vector<size_t> dp_tokens_;  // attention DP: tokens of each DP group this step
     size_t dp_first_ = 0;            // this group's first row among them
