@@ -571,7 +571,8 @@ bool CudaRunner::fuse_norms(int T) const {
         const char* v = std::getenv("OSPREY_FUSED_NORMS");
         return !(v && std::string_view(v) == "0");
     }();
-    return enabled && !dump_ && capture_layers_.empty() && !sharded() && T <= cuda::kGemvNormMaxTokens &&
+    return enabled && !dump_ && capture_layers_.empty() && !sharded() && !dims_.dp && !dims_.attn_reduce &&
+           T <= cuda::kGemvNormMaxTokens &&
            cuda::gemv_norm_supported(T, config_.d_model);
 }
 
