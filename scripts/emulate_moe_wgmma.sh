@@ -4,7 +4,8 @@
 # decode, bias in the accumulators, epilogues) on a machine without a GPU: compiles the device code of
 # src/kernels/cuda/moe_mlp_wgmma.cu as C++ against the CPU emulation (tests/kernels/emu/cuda_emulation.h,
 # moe_decode_emulation.h, moe_wgmma_emulation.h: one std::thread per CUDA thread) and compares u and y
-# with the CPU reference on small shapes and several grid sizes (a few minutes on 2 cores).
+# with the CPU reference on small shapes and several grid sizes, for every kernel variant
+# (moe_wgmma::Variants; EMULATE_VARIANT=N runs only N); about 40 s per variant on 2 cores.
 #   usage: scripts/emulate_moe_wgmma.sh BUILD_DIR [seed]
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail

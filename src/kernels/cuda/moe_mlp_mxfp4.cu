@@ -455,13 +455,14 @@ MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts) {
 // The kernel a call runs: `requested`, or for automatic the batch-shape choice, with gemm (and narrow
 // from kMoeWgmmaMinRowsPerExpert routed rows per expert) replaced by wgmma where the projection's widths
 // allow it, unless $OSPREY_MOE_WGMMA=0.
-static MoeKernel resolve_kind(MoeKernel requested, int n_tokens, int top_k, int n_experts, int n_in, int n_out) {
+static MoeKernel resolve_kind(MoeKernel requested, int n_tokens, int top_k, int n_experts, int n_in, int n_out,
+                              int wgmma_variant) {
     if (requested != MoeKernel::automatic) return requested;
     const MoeKernel k = moe_choose_kernel(n_tokens, top_k, n_experts);
     const bool wide = k == MoeKernel::gemm ||
                       (k == MoeKernel::narrow &&
                        int64_t(n_tokens) * top_k >= int64_t(kMoeWgmmaMinRowsPerExpert) * n_experts);
-    return wide && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out) ? MoeKernel::wgmma : k;
+    return wide && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out, wgmma_variant) ? MoeKernel::wgmma : k;
 }
 
 // The launch of one projection with the tiling `kind` (automatic resolved by the caller).
@@ -485,13 +486,13 @@ void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.x), a.u, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_model, 2 * a.d_ff, a.d_model / 32, a.swiglu_alpha, a.swiglu_limit};
-    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_model, 2 * a.d_ff);
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_model, 2 * a.d_ff, a.wgmma_variant);
     if (kind == MoeKernel::wgmma) {
         moe_wgmma_launch({.mlp1 = true, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.x,
                           .out = a.u, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
                           .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
                           .n_in = a.d_model, .n_out = 2 * a.d_ff, .swiglu_alpha = a.swiglu_alpha,
-                          .swiglu_limit = a.swiglu_limit},
+                          .swiglu_limit = a.swiglu_limit, .variant = a.wgmma_variant},
                          stream);
         return;
     }
@@ -506,12 +507,12 @@ void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.u), a.y, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_ff, a.d_model, a.d_ff / 32, 0.0f, 0.0f};
-    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_ff, a.d_model);
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_ff, a.d_model, a.wgmma_variant);
     if (kind == MoeKernel::wgmma) {
         moe_wgmma_launch({.mlp1 = false, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.u,
                           .out = a.y, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
                           .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
-                          .n_in = a.d_ff, .n_out = a.d_model},
+                          .n_in = a.d_ff, .n_out = a.d_model, .variant = a.wgmma_variant},
                          stream);
         return;
     }

@@ -95,6 +95,7 @@ struct MoeMlp1Args {
     float swiglu_alpha = 1.702f;
     float swiglu_limit = 7.0f;
     MoeKernel kernel = MoeKernel::automatic;
+    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: $OSPREY_MOE_WGMMA_VARIANT
 };
 
 struct MoeMlp2Args {
@@ -109,6 +110,7 @@ struct MoeMlp2Args {
     int d_model = 0;                         // multiple of 16
     int d_ff = 0;                            // multiple of 64
     MoeKernel kernel = MoeKernel::automatic;
+    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: $OSPREY_MOE_WGMMA_VARIANT
 };
 
 void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream);

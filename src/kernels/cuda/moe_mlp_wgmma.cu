@@ -54,6 +54,11 @@
 // scale bytes 34..160), so the accumulators hold the result times 2^-32; the bias enters them as
 // bias · 2^-32 (exact) and the epilogue multiplies by 2^32 (exact). FP32 accumulation.
 //
+// Variants: the sizes above are variant 0's. moe_wgmma::Config makes the m64 blocks per consumer
+// warpgroup (kBM = 128 or 256), the routed rows per tile (wgmma n = kBN = 64, 128 or 256), the stages and
+// kSkipIdle (a warpgroup skips the decode and MMAs of its m-blocks wholly past n_out) compile-time
+// parameters; moe_wgmma::Variants lists the configurations $OSPREY_MOE_WGMMA_VARIANT selects from.
+//
 // scripts/emulate_moe_wgmma.sh runs this file's device code on the CPU (tests/kernels/emu): the parts
 // under #ifndef OSPREY_CUDA_EMULATION are what the emulation replaces (PTX, launches).
 #ifndef OSPREY_CUDA_EMULATION
@@ -65,24 +70,21 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/runtime.h"
 #endif
 
+#include <tuple>
+
 namespace osprey::cuda::moe_wgmma {
 
 constexpr int kConsumerWGs = 2;                          // consumer warpgroups
-constexpr int kMBlocks = 2;                              // wgmma m64 blocks per consumer warpgroup
-constexpr int kBM = 64 * kMBlocks * kConsumerWGs;        // weight rows per tile
-constexpr int kBN = 128;                                 // routed rows per tile (wgmma n)
 constexpr int kBK = 64;                                  // k per stage: two MXFP4 groups, one 128-byte swizzle row
-constexpr int kStages = 5;
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
-constexpr int kXStageBytes = kBN * kBK * 2;              // B tile: 128 rows x 128 bytes
-constexpr int kWStageBytes = kBM * kBK / 2;              // FP4 tile: 256 rows x 32 bytes
-constexpr int kStageBytes = kXStageBytes + kWStageBytes; // a multiple of 1024: every B tile stays aligned
 constexpr int kConsumerWarps = 4 * kConsumerWGs;
 constexpr int kMaxExperts = 256;                         // kMoeMaxExperts
 // Registers per thread after setmaxnreg: the 384 x 168 allotted at launch, redistributed as 128 x 40 +
@@ -92,7 +94,34 @@ constexpr int kConsumerRegs = 232;
 constexpr uint32_t kScaleExponentBias = 127 - 33;        // BF16 exponent field of 2^(scale - 33)
 constexpr float kUnscale = 4294967296.0f;                // 2^32
 constexpr float kBiasScale = 1.0f / 4294967296.0f;       // 2^-32
-static_assert(kStageBytes % 1024 == 0 && kXStageBytes % 1024 == 0);
+
+// One compile-time configuration of the kernel. Variant 0 (kVariants below) is the default; the others
+// are candidates timed against it, selected by $OSPREY_MOE_WGMMA_VARIANT (docs/architecture.md).
+template <int kMBlocks_, int kBN_, int kStages_, bool kSkipIdle_>
+struct Config {
+    static constexpr int kMBlocks = kMBlocks_;                // wgmma m64 blocks per consumer warpgroup
+    static constexpr int kBM = 64 * kMBlocks * kConsumerWGs;  // weight rows per tile
+    static constexpr int kBN = kBN_;                          // routed rows per tile (wgmma n)
+    static constexpr int kStages = kStages_;
+    static constexpr bool kSkipIdle = kSkipIdle_;             // m-blocks wholly past n_out skip decode and MMA
+    static constexpr int kAcc = kBN / 2;                      // accumulator registers per m-block
+    static constexpr int kXStageBytes = kBN * kBK * 2;        // B tile: kBN rows x 128 bytes
+    static constexpr int kWStageBytes = kBM * kBK / 2;        // FP4 tile: kBM rows x 32 bytes
+    static constexpr int kStageBytes = kXStageBytes + kWStageBytes;
+    static_assert(kMBlocks == 1 || kMBlocks == 2);
+    static_assert(kBN == 64 || kBN == 128 || kBN == 256);
+    static_assert(kStageBytes % 1024 == 0 && kXStageBytes % 1024 == 0);  // every B tile stays 1024-aligned
+};
+
+// The variants, by index ($OSPREY_MOE_WGMMA_VARIANT). Every one takes n_in up to 2880 (see smem_bytes).
+using Variants = std::tuple<Config<2, 128, 5, false>,  // 0: 256 x 128 tiles, 5 stages (the default)
+                            Config<2, 128, 5, true>,   // 1: 0 + idle m-blocks of partial m-tiles skipped
+                            Config<2, 128, 7, true>,   // 2: 1 + 7 stages
+                            Config<1, 256, 5, true>,   // 3: 128 x 256 tiles (m64n256), idle m-blocks skipped
+                            Config<2, 64, 8, true>>;   // 4: 256 x 64 tiles (m64n64), 8 stages, idle skipped    // 5: 256 x 64 tiles (m64n64), 8 stages
+constexpr int kVariants = int(std::tuple_size_v<Variants>);
+template <int kVariant>
+using Variant = std::tuple_element_t<kVariant, Variants>;
 
 enum class Proj { mlp1, mlp2 };
 
@@ -110,8 +139,9 @@ struct Params {
 
 // Dynamic shared memory after the 1024-byte alignment: kStages x (B tile, FP4 tile), then the two
 // per-tile scale buffers [2][kBM * n_groups].
-inline size_t smem_bytes(int n_groups) {
-    return 1024 + size_t(kStages) * kStageBytes + 2 * size_t(kBM) * n_groups;
+template <class Cfg>
+constexpr size_t smem_bytes(int n_groups) {
+    return 1024 + size_t(Cfg::kStages) * Cfg::kStageBytes + 2 * size_t(Cfg::kBM) * n_groups;
 }
 
 #ifndef OSPREY_CUDA_EMULATION
@@ -189,20 +219,42 @@ __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 // Keeps the compiler from moving accesses of the accumulators across the wgmma fences and waits.
-__device__ __forceinline__ void fence_operands(float (&d)[64]) {
+template <int N>
+__device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
-// d[64x128] += a[64x16] (registers, BF16) · b[16x128] (shared memory, K-major BF16 via desc).
-__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+// d[64xN] += a[64x16] (registers, BF16) · b[16xN] (shared memory, K-major BF16 via desc), N = Cfg::kBN.
+template <int N>
+__device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
+template <>
+__device__ __forceinline__ void wgmma_m64nNk16<64>(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+}
+template <>
+__device__ __forceinline__ void wgmma_m64nNk16<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
     asm volatile(
         "{\n"
         ".reg .pred p;\n"
         "setp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "
-        "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, "
-        "%43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
         "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
@@ -215,6 +267,42 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
 }
+template <>
+__device__ __forceinline__ void wgmma_m64nNk16<256>(float (&d)[128], const uint32_t (&a)[4], uint64_t desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "n"(1));
+}
+
 __device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
     uint32_t r;
@@ -258,6 +346,7 @@ struct Tile {
 };
 
 // Tile t (< tile_start[n_experts]) from the per-expert prefix sum of tile counts.
+template <class Cfg>
 __device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, int t) {
     int lo = 0, hi = p.n_experts - 1;  // the last expert e with tile_start[e] <= t has tiles
     while (lo < hi) {
@@ -268,12 +357,14 @@ __device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, 
     const int local = t - tile_start[lo];
     const int n_tile = local / p.m_tiles, m_tile = local % p.m_tiles;
     const int begin = p.offsets[lo], end = p.offsets[lo + 1];
-    const int row0 = begin + n_tile * kBN;
-    return {lo, row0, min(kBN, end - row0), m_tile * kBM};
+    const int row0 = begin + n_tile * Cfg::kBN;
+    return {lo, row0, min(Cfg::kBN, end - row0), m_tile * Cfg::kBM};
 }
 
-template <Proj kProj>
+template <class Cfg, Proj kProj>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) {
+    constexpr int kMBlocks = Cfg::kMBlocks, kBM = Cfg::kBM, kBN = Cfg::kBN, kStages = Cfg::kStages;
+    constexpr int kStageBytes = Cfg::kStageBytes, kXStageBytes = Cfg::kXStageBytes;
     pdl_enter();  // launch.cuh: before any global access
 
     __shared__ mbar_t full[kStages], empty[kStages], scales_full[2], scales_empty[2];
@@ -316,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
     const int wg = tid / 128;
 
     if (wg == 0) {
-        // ---- producer: every thread copies 8 chunks of B and 4 of the FP4 tile per stage ----
+        // ---- producer: every thread copies kBN / 16 chunks of B and kBM / 64 of the FP4 tile per stage ----
         setmaxnreg_dec<kProducerRegs>();
         const int pt = tid;
         const int xc = pt % 8, xr = pt / 8;  // chunk xc of B rows xr + 16 j
@@ -325,7 +416,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
         int it = 0;  // stage uses so far (the ring position)
         int local_tile = 0;
         for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-            const Tile tile = tile_at(p, tile_start, t);
+            const Tile tile = tile_at<Cfg>(p, tile_start, t);
             const int slot = local_tile & 1;
             const int rows_w = min(kBM, p.n_out - tile.f0);
             if (pt == 0) {
@@ -336,9 +427,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
                               p.scales + (size_t(tile.expert) * p.n_out + tile.f0) * p.n_groups, bytes,
                               &scales_full[slot]);
             }
-            uint32_t x_src[8], w_src[4];  // element / byte offsets of k = 0, or kInvalid
+            uint32_t x_src[kBN / 16], w_src[kBM / 64];  // element / byte offsets of k = 0, or kInvalid
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
+            for (int j = 0; j < kBN / 16; ++j) {
                 const int n = xr + 16 * j;
                 uint32_t row = kInvalid;
                 if (n < tile.n_rows) {
@@ -348,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
                 x_src[j] = row == kInvalid ? kInvalid : row * uint32_t(p.n_in) + uint32_t(xc * 8);
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
+            for (int j = 0; j < kBM / 64; ++j) {
                 const int m = wr + 64 * j;
                 w_src[j] = m < rows_w ? (uint32_t(tile.expert) * uint32_t(p.n_out) + uint32_t(tile.f0 + m)) *
                                                 uint32_t(p.n_groups * 16) + uint32_t(wc * 16)
@@ -360,14 +451,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
                 uint8_t* xs = smem + stage * kStageBytes;
                 uint8_t* ws = xs + kXStageBytes;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
+                for (int j = 0; j < kBN / 16; ++j) {
                     const int n = xr + 16 * j;
                     const bool ok = x_src[j] != kInvalid;
                     cp_async16_zfill(xs + n * 128 + ((xc ^ (n & 7)) << 4), p.x + (ok ? x_src[j] + uint32_t(kt * kBK) : 0u),
                                      ok);
                 }
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
+                for (int j = 0; j < kBM / 64; ++j) {
                     const int m = wr + 64 * j;
                     const bool ok = w_src[j] != kInvalid;
                     cp_async16_zfill(ws + m * 32 + ((wc ^ ((m >> 2) & 1)) << 4),
@@ -382,18 +473,18 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
 
     // ---- consumers ----
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;                  // consumer warpgroup: weight rows [128 cw, 128 cw + 128) of the tile
+    const int cw = wg - 1;                  // consumer warpgroup: weight rows [64 kMBlocks cw, + 64 kMBlocks) of the tile
     const int wt = tid % 128;               // thread in the warpgroup
     const int warp = wt / 32, lane = wt % 32;
     const int g = lane / 4, q = lane % 4;
     const uint32_t shift = kProj == Proj::mlp1 ? 8u * q : 4u * q;
     int it = 0;
     int local_tile = 0;
-    float acc[kMBlocks][64];
+    float acc[kMBlocks][Cfg::kAcc];
     uint32_t afrag[2][kMBlocks][2][4];  // [group h of the stage][m-block][k16 step][register]
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-        const Tile tile = tile_at(p, tile_start, t);
+        const Tile tile = tile_at<Cfg>(p, tile_start, t);
         const int slot = local_tile & 1;
         const int e = tile.expert;
 
@@ -401,12 +492,12 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
         // m-tile) compute on whatever the stage holds and are never stored.
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-            const int fa = tile.f0 + 128 * cw + 64 * mb + 16 * warp + g;
+            const int fa = tile.f0 + 64 * (kMBlocks * cw + mb) + 16 * warp + g;
             const bool ok = fa < p.n_out;  // n_out % 64 == 0: rows fa and fa + 8 are both valid or not
             const float ba = ok ? __bfloat162float(p.bias[size_t(e) * p.n_out + fa]) * kBiasScale : 0.0f;
             const float bb = ok ? __bfloat162float(p.bias[size_t(e) * p.n_out + fa + 8]) * kBiasScale : 0.0f;
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
+            for (int i = 0; i < kBN / 8; ++i) {
                 acc[mb][4 * i + 0] = ba, acc[mb][4 * i + 1] = ba;
                 acc[mb][4 * i + 2] = bb, acc[mb][4 * i + 3] = bb;
             }
@@ -415,64 +506,83 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
         mbar_wait(&scales_full[slot], (local_tile >> 1) & 1);
         const uint8_t* sc = scales_s + slot * kBM * p.n_groups;
 
-        for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
-            const int stage = it % kStages;
-            mbar_wait(&full[stage], (it / kStages) & 1);
-            fence_proxy_async();
-            const uint8_t* xs = smem + stage * kStageBytes;
-            const uint8_t* ws = xs + kXStageBytes;
-            const uint32_t xs_addr = smem_u32(xs);
+        // The k-loop over the first kAct m-blocks of this warpgroup (all of them unless kSkipIdle).
+        auto mainloop = [&]<int kAct>() {
+            for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
+                const int stage = it % kStages;
+                mbar_wait(&full[stage], (it / kStages) & 1);
+                fence_proxy_async();
+                const uint8_t* xs = smem + stage * kStageBytes;
+                const uint8_t* ws = xs + kXStageBytes;
+                const uint32_t xs_addr = smem_u32(xs);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int grp = 2 * kt + h;
+                for (int h = 0; h < 2; ++h) {
+                    const int grp = 2 * kt + h;
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) {
-                    const int fl = 128 * cw + 64 * mb + 16 * warp + g;  // tile-local weight row; fl + 8 too
-                    const uint8_t* row = ws + fl * 32 + ((h ^ ((fl >> 2) & 1)) << 4);
-                    const uint4 wa = ld_shared16(row), wb = ld_shared16(row + 8 * 32);
-                    const uint32_t sa = (uint32_t(sc[fl * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
-                    const uint32_t sb = (uint32_t(sc[(fl + 8) * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
-                    uint32_t(&f)[2][4] = afrag[h][mb];
-                    f[0][0] = bf16x2_mul(fp4_pair<kProj>(wa.x, shift), sa);
-                    f[0][1] = bf16x2_mul(fp4_pair<kProj>(wb.x, shift), sb);
-                    f[0][2] = bf16x2_mul(fp4_pair<kProj>(wa.y, shift), sa);
-                    f[0][3] = bf16x2_mul(fp4_pair<kProj>(wb.y, shift), sb);
-                    f[1][0] = bf16x2_mul(fp4_pair<kProj>(wa.z, shift), sa);
-                    f[1][1] = bf16x2_mul(fp4_pair<kProj>(wb.z, shift), sb);
-                    f[1][2] = bf16x2_mul(fp4_pair<kProj>(wa.w, shift), sa);
-                    f[1][3] = bf16x2_mul(fp4_pair<kProj>(wb.w, shift), sb);
-                }
-                wgmma_fence();
+                    for (int mb = 0; mb < kAct; ++mb) {
+                        const int fl = 64 * (kMBlocks * cw + mb) + 16 * warp + g;  // tile-local weight row; fl + 8 too
+                        const uint8_t* row = ws + fl * 32 + ((h ^ ((fl >> 2) & 1)) << 4);
+                        const uint4 wa = ld_shared16(row), wb = ld_shared16(row + 8 * 32);
+                        const uint32_t sa = (uint32_t(sc[fl * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                        const uint32_t sb = (uint32_t(sc[(fl + 8) * p.n_groups + grp]) + kScaleExponentBias) * 0x00800080u;
+                        uint32_t(&f)[2][4] = afrag[h][mb];
+                        f[0][0] = bf16x2_mul(fp4_pair<kProj>(wa.x, shift), sa);
+                        f[0][1] = bf16x2_mul(fp4_pair<kProj>(wb.x, shift), sb);
+                        f[0][2] = bf16x2_mul(fp4_pair<kProj>(wa.y, shift), sa);
+                        f[0][3] = bf16x2_mul(fp4_pair<kProj>(wb.y, shift), sb);
+                        f[1][0] = bf16x2_mul(fp4_pair<kProj>(wa.z, shift), sa);
+                        f[1][1] = bf16x2_mul(fp4_pair<kProj>(wb.z, shift), sb);
+                        f[1][2] = bf16x2_mul(fp4_pair<kProj>(wa.w, shift), sa);
+                        f[1][3] = bf16x2_mul(fp4_pair<kProj>(wb.w, shift), sb);
+                    }
+                    wgmma_fence();
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
+                    for (int mb = 0; mb < kAct; ++mb) fence_operands(acc[mb]);
 #pragma unroll
-                for (int s = 0; s < 2; ++s)
+                    for (int s = 0; s < 2; ++s)
 #pragma unroll
-                    for (int mb = 0; mb < kMBlocks; ++mb)
-                        wgmma_m64n128k16(acc[mb], afrag[h][mb][s], desc_k_sw128(xs_addr + 32 * (2 * h + s)));
-                wgmma_commit();
-                wgmma_wait<1>();  // the group before this one is complete: its A buffer and stage are free
+                        for (int mb = 0; mb < kAct; ++mb)
+                            wgmma_m64nNk16<kBN>(acc[mb], afrag[h][mb][s], desc_k_sw128(xs_addr + 32 * (2 * h + s)));
+                    wgmma_commit();
+                    wgmma_wait<1>();  // the group before this one is complete: its A buffer and stage are free
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
-                if (h == 0 && kt > 0) {
-                    __syncwarp();
-                    if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+                    for (int mb = 0; mb < kAct; ++mb) fence_operands(acc[mb]);
+                    if (h == 0 && kt > 0) {
+                        __syncwarp();
+                        if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+                    }
                 }
             }
-        }
-        wgmma_wait<0>();
+            wgmma_wait<0>();
 #pragma unroll
-        for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
-        __syncwarp();
-        if (lane == 0) {
-            mbar_arrive(&empty[(it - 1) % kStages]);
-            mbar_arrive(&scales_empty[slot]);
+            for (int mb = 0; mb < kAct; ++mb) fence_operands(acc[mb]);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
+        };
+        // A warpgroup whose rows of this tile all lie past n_out only hands the stages back.
+        auto drain = [&]() {
+            for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
+                const int stage = it % kStages;
+                mbar_wait(&full[stage], (it / kStages) & 1);
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&empty[stage]);
+            }
+        };
+        if constexpr (Cfg::kSkipIdle) {
+            const int active = min(kMBlocks, max(0, (p.n_out - tile.f0 - 64 * kMBlocks * cw) / 64));  // uniform
+            if (active == kMBlocks) mainloop.template operator()<kMBlocks>();
+            else if (kMBlocks > 1 && active == 1) mainloop.template operator()<1>();
+            else drain();
+        } else {
+            mainloop.template operator()<kMBlocks>();
         }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&scales_empty[slot]);
 
         // Epilogue. acc[mb][4i + j]: weight row fa (j < 2) or fa + 8, tile row 8i + 2q + j % 2.
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-            const int fa = tile.f0 + 128 * cw + 64 * mb + 16 * warp + g, fb = fa + 8;
+            const int fa = tile.f0 + 64 * (kMBlocks * cw + mb) + 16 * warp + g, fb = fa + 8;
             if (fa >= p.n_out) continue;  // uniform over the warpgroup (n_out % 64 == 0)
             if constexpr (kProj == Proj::mlp1) {
                 // Rows 2j (gate) and 2j + 1 (up) of unit j sit in lanes 4 apart: the even lane keeps
@@ -481,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
                 const int d_ff = p.n_out / 2;
                 __nv_bfloat16* u = static_cast<__nv_bfloat16*>(p.out);
 #pragma unroll
-                for (int i = 0; i < 16; ++i) {
+                for (int i = 0; i < kBN / 8; ++i) {
                     const float* v = &acc[mb][4 * i];
                     const float va0 = v[0] * kUnscale, va1 = v[1] * kUnscale;
                     const float vb0 = v[2] * kUnscale, vb1 = v[3] * kUnscale;
@@ -499,7 +609,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
             } else {
                 float* y = static_cast<float*>(p.out);
 #pragma unroll
-                for (int i = 0; i < 16; ++i) {
+                for (int i = 0; i < kBN / 8; ++i) {
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int n = 8 * i + 2 * q + j;
@@ -535,17 +645,33 @@ int prepare_device(const void* kernel) {
     return sms;
 }
 
-template <moe_wgmma::Proj kProj>
+// Every variant takes the gpt-oss widths (n_in = 2880: 90 scale bytes per row).
+template <int... kV>
+constexpr bool all_fit(std::integer_sequence<int, kV...>) {
+    return ((moe_wgmma::smem_bytes<moe_wgmma::Variant<kV>>(2880 / 32) <= size_t(kMaxSmemBytes)) && ...);
+}
+static_assert(all_fit(std::make_integer_sequence<int, moe_wgmma::kVariants>{}));
+
+// Runs `f.template operator()<Cfg>()` with Cfg the configuration of `variant`.
+template <typename F>
+void with_variant(int variant, F&& f) {
+    [&]<int... kV>(std::integer_sequence<int, kV...>) {
+        dispatch_int<kV...>("OSPREY_MOE_WGMMA_VARIANT", variant,
+                            [&]<int kVariant>() { f.template operator()<moe_wgmma::Variant<kVariant>>(); });
+    }(std::make_integer_sequence<int, moe_wgmma::kVariants>{});
+}
+
+template <class Cfg, moe_wgmma::Proj kProj>
 void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
     namespace mw = moe_wgmma;
-    auto kernel = mw::moe_wgmma_kernel<kProj>;
-    const size_t smem = mw::smem_bytes(p.n_groups);
-    // Once per thread (the attribute is per device; each rank of a parallel layout drives its GPU from
-    // its own thread).
+    auto kernel = mw::moe_wgmma_kernel<Cfg, kProj>;
+    const size_t smem = mw::smem_bytes<Cfg>(p.n_groups);
+    // Once per thread and kernel (the attribute is per device; each rank of a parallel layout drives its
+    // GPU from its own thread).
     thread_local const int n_sms = prepare_device(reinterpret_cast<const void*>(kernel));
     OSPREY_CHECK(smem <= size_t(kMaxSmemBytes), "moe wgmma: n_in = ", p.n_in, " needs ", smem, " bytes of shared memory");
     // Upper bound of the tile count: Σ_e ceil(rows_e / kBN) <= rows / kBN + active experts, times m-tiles.
-    const int64_t max_tiles = (int64_t(n_rows) / mw::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
+    const int64_t max_tiles = (int64_t(n_rows) / Cfg::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
     const int grid = int(std::min<int64_t>(n_sms, max_tiles));
     cuda::launch(kernel, dim3(grid), dim3(mw::kThreads), smem, stream, p);
     CUDA_CHECK(cudaGetLastError());
@@ -553,9 +679,27 @@ void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
 
 }  // namespace
 
-bool moe_wgmma_supports(int n_in, int n_out) {
-    return n_in > 0 && n_out > 0 && n_in % 64 == 0 && n_out % 64 == 0 &&
-           moe_wgmma::smem_bytes(n_in / 32) <= size_t(kMaxSmemBytes);
+int moe_wgmma_variants() { return moe_wgmma::kVariants; }
+
+int moe_wgmma_default_variant() {
+    static const int variant = [] {
+        const char* v = std::getenv("OSPREY_MOE_WGMMA_VARIANT");
+        if (v == nullptr || *v == '\0') return 0;
+        char* end = nullptr;
+        const long n = std::strtol(v, &end, 10);
+        OSPREY_CHECK(*end == '\0' && n >= 0 && n < moe_wgmma::kVariants, "OSPREY_MOE_WGMMA_VARIANT = '", v,
+                     "': expected 0..", moe_wgmma::kVariants - 1);
+        return int(n);
+    }();
+    return variant;
+}
+
+bool moe_wgmma_supports(int n_in, int n_out, int variant) {
+    if (!(n_in > 0 && n_out > 0 && n_in % 64 == 0 && n_out % 64 == 0)) return false;
+    bool fits = false;
+    with_variant(variant < 0 ? moe_wgmma_default_variant() : variant,
+                 [&]<class Cfg>() { fits = moe_wgmma::smem_bytes<Cfg>(n_in / 32) <= size_t(kMaxSmemBytes); });
+    return fits;
 }
 
 bool moe_wgmma_enabled() {
@@ -567,28 +711,31 @@ bool moe_wgmma_enabled() {
 }
 
 void moe_wgmma_launch(const MoeWgmmaProblem& a, cudaStream_t stream) {
-    OSPREY_CHECK(moe_wgmma_supports(a.n_in, a.n_out), "moe wgmma: unsupported projection ", a.n_out, " x ", a.n_in,
-                 " (n_in and n_out must be multiples of 64)");
+    const int variant = a.variant < 0 ? moe_wgmma_default_variant() : a.variant;
+    OSPREY_CHECK(moe_wgmma_supports(a.n_in, a.n_out, variant), "moe wgmma: unsupported projection ", a.n_out, " x ",
+                 a.n_in, " (n_in and n_out must be multiples of 64) for variant ", variant);
     OSPREY_CHECK(a.n_experts > 0 && a.n_experts <= moe_wgmma::kMaxExperts, "moe wgmma: n_experts = ", a.n_experts);
     if (a.n_rows == 0) return;
-    const moe_wgmma::Params p{a.blocks,
-                              a.scales,
-                              reinterpret_cast<const __nv_bfloat16*>(a.bias),
-                              reinterpret_cast<const __nv_bfloat16*>(a.x),
-                              a.out,
-                              a.expert_offsets,
-                              a.sorted_rows,
-                              a.n_experts,
-                              a.top_k,
-                              a.n_in,
-                              a.n_out,
-                              a.n_in / 32,
-                              a.n_in / moe_wgmma::kBK,
-                              (a.n_out + moe_wgmma::kBM - 1) / moe_wgmma::kBM,
-                              a.swiglu_alpha,
-                              a.swiglu_limit};
-    if (a.mlp1) launch<moe_wgmma::Proj::mlp1>(p, a.n_rows, stream);
-    else launch<moe_wgmma::Proj::mlp2>(p, a.n_rows, stream);
+    with_variant(variant, [&]<class Cfg>() {
+        const moe_wgmma::Params p{a.blocks,
+                                  a.scales,
+                                  reinterpret_cast<const __nv_bfloat16*>(a.bias),
+                                  reinterpret_cast<const __nv_bfloat16*>(a.x),
+                                  a.out,
+                                  a.expert_offsets,
+                                  a.sorted_rows,
+                                  a.n_experts,
+                                  a.top_k,
+                                  a.n_in,
+                                  a.n_out,
+                                  a.n_in / 32,
+                                  a.n_in / moe_wgmma::kBK,
+                                  (a.n_out + Cfg::kBM - 1) / Cfg::kBM,
+                                  a.swiglu_alpha,
+                                  a.swiglu_limit};
+        if (a.mlp1) launch<Cfg, moe_wgmma::Proj::mlp1>(p, a.n_rows, stream);
+        else launch<Cfg, moe_wgmma::Proj::mlp2>(p, a.n_rows, stream);
+    });
 }
 
 }  // namespace osprey::cuda

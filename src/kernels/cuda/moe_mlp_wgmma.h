@@ -28,11 +28,20 @@ struct MoeWgmmaProblem {
     int n_out = 0;                           // multiple of 64
     float swiglu_alpha = 0.0f;               // mlp1 only
     float swiglu_limit = 0.0f;
+    int variant = -1;                        // kernel configuration; -1: moe_wgmma_default_variant()
 };
 
-// Whether the wgmma kernel takes this projection shape (n_in, n_out multiples of 64; the per-tile
-// scale buffers fit in shared memory). The caller falls back to the mma.sync kernel otherwise.
-bool moe_wgmma_supports(int n_in, int n_out);
+// The kernel's compile-time configurations ("variants", moe_mlp_wgmma.cu: tile shape, MMA depth,
+// stages), numbered 0 .. moe_wgmma_variants() - 1. 0 is the default; the others are candidates timed
+// against it (bench_moe "mlp1 wgmma vN") and checked by test_moe_mlp under the same cases.
+int moe_wgmma_variants();
+// $OSPREY_MOE_WGMMA_VARIANT (read once; 0 when unset; anything else than 0 .. variants - 1 throws).
+int moe_wgmma_default_variant();
+
+// Whether the wgmma kernel (`variant`, -1: the default) takes this projection shape (n_in, n_out
+// multiples of 64; the per-tile scale buffers fit in shared memory). The caller falls back to the
+// mma.sync kernel otherwise.
+bool moe_wgmma_supports(int n_in, int n_out, int variant = -1);
 
 // $OSPREY_MOE_WGMMA=1: MoeKernel::automatic takes wgmma where it would take gemm (read once).
 bool moe_wgmma_enabled();

@@ -33,6 +33,7 @@
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/moe_mlp_wgmma.h"
 #include "kernels/cuda/moe_route.h"
 
 namespace osprey::cases::moe_mlp {
@@ -141,6 +142,7 @@ struct Case {
     int n_tokens = 1;
     MoeKernel kernel = MoeKernel::automatic;
     int experts_used = 0;  // > 0: the batch concentrated on experts [0, experts_used) (many rows each)
+    int wgmma_variant = -1;  // wgmma cases: the kernel configuration (moe_mlp_wgmma.h), each tested; -1: the env's
 };
 
 // |got - want| <= tol_max * max|want| + tol_rel * |want| over the listed values; NaN fails.
@@ -202,11 +204,13 @@ inline Result check(const Case& c, Result r) {
                               nullptr);
     cuda::moe_mlp1({.u = d_u.get(), .x = d_x.get(), .w = ex.mlp1.view(), .expert_offsets = d_offsets.get(),
                     .sorted_rows = d_sorted.get(), .n_tokens = n_tokens, .n_experts = s.n_experts, .top_k = kTopK,
-                    .d_model = s.d_model, .d_ff = s.d_ff, .kernel = c.kernel},
+                    .d_model = s.d_model, .d_ff = s.d_ff, .kernel = c.kernel,
+                    .wgmma_variant = c.wgmma_variant},
                    nullptr);
     cuda::moe_mlp2({.y = d_y.get(), .u = d_u.get(), .w = ex.mlp2.view(), .expert_offsets = d_offsets.get(),
                     .sorted_rows = d_sorted.get(), .n_tokens = n_tokens, .n_experts = s.n_experts, .top_k = kTopK,
-                    .d_model = s.d_model, .d_ff = s.d_ff, .kernel = c.kernel},
+                    .d_model = s.d_model, .d_ff = s.d_ff, .kernel = c.kernel,
+                    .wgmma_variant = c.wgmma_variant},
                    nullptr);
     cuda::moe_combine({.out = d_out.get(), .y = d_y.get(), .expert_weights = d_w.get(), .n_tokens = n_tokens,
                        .d_model = s.d_model, .top_k = kTopK},
@@ -351,14 +355,16 @@ inline Result perf(const Case& c, Result r) {
         Inputs& b = in[i % kInputs];
         cuda::moe_mlp1({.u = b.u.get(), .x = b.x.get(), .w = layers[i % kLayers]->mlp1.view(),
                         .expert_offsets = b.offsets.get(), .sorted_rows = b.sorted.get(), .n_tokens = n_tokens,
-                        .n_experts = s.n_experts, .top_k = kTopK, .d_model = d_model, .d_ff = d_ff, .kernel = k},
+                        .n_experts = s.n_experts, .top_k = kTopK, .d_model = d_model, .d_ff = d_ff, .kernel = k,
+                        .wgmma_variant = c.wgmma_variant},
                        nullptr);
     };
     auto mlp2 = [&](int i, MoeKernel k) {
         Inputs& b = in[i % kInputs];
         cuda::moe_mlp2({.y = b.y.get(), .u = b.u.get(), .w = layers[i % kLayers]->mlp2.view(),
                         .expert_offsets = b.offsets.get(), .sorted_rows = b.sorted.get(), .n_tokens = n_tokens,
-                        .n_experts = s.n_experts, .top_k = kTopK, .d_model = d_model, .d_ff = d_ff, .kernel = k},
+                        .n_experts = s.n_experts, .top_k = kTopK, .d_model = d_model, .d_ff = d_ff, .kernel = k,
+                        .wgmma_variant = c.wgmma_variant},
                        nullptr);
     };
     auto route = [&](int i) {
@@ -399,7 +405,8 @@ inline Result perf(const Case& c, Result r) {
         return std::string(buf);
     };
     if (c.kernel != MoeKernel::automatic) {
-        const std::string kn = cuda::moe_kernel_name(c.kernel);
+        const std::string kn = str(cuda::moe_kernel_name(c.kernel),
+                                   c.kernel == MoeKernel::wgmma && c.wgmma_variant > 0 ? str(" v", c.wgmma_variant) : "");
         r.timings.push_back({label(("mlp1 " + kn).c_str()), time_us([&](int i) { mlp1(i, c.kernel); }, iters),
                              n_active * w1_bytes + act1, fl1});
         r.timings.push_back({label(("mlp2 " + kn).c_str()), time_us([&](int i) { mlp2(i, c.kernel); }, iters),
@@ -427,10 +434,21 @@ inline Result run(const Case& c, Mode mode) {
 
 inline std::vector<Case> cases() {
     std::vector<Case> t;
+    // A wgmma case runs once per kernel variant (named _v1, _v2, ... after the first); bench_moe times the
+    // variants other than 0 from 1024 tokens only (where they are meant to differ).
     auto add = [&](const Shape& s, int n, MoeKernel k, Use use, int experts_used = 0, const char* prefix = "") {
-        Case c{.use = use, .shape = s, .n_tokens = n, .kernel = k, .experts_used = experts_used};
+        Case c{.use = use, .shape = s, .n_tokens = n, .kernel = k, .experts_used = experts_used,
+               .wgmma_variant = k == MoeKernel::wgmma ? 0 : -1};
         c.name = str(prefix, s.name, "_", n, "_", cuda::moe_kernel_name(k));
         t.push_back(c);
+        if (k != MoeKernel::wgmma) return;
+        for (int v = 1; v < cuda::moe_wgmma_variants(); ++v) {
+            Case cv = c;
+            cv.wgmma_variant = v;
+            cv.name = str(c.name, "_v", v);
+            if (cv.use == Use::both && n < 1024) cv.use = Use::check_only;
+            t.push_back(cv);
+        }
     };
     const MoeKernel forced[] = {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm, MoeKernel::wgmma};
     auto in = [](int n, std::initializer_list<int> l) { return std::find(l.begin(), l.end(), n) != l.end(); };

@@ -5,7 +5,8 @@
 // m-tiles (half a warpgroup's rows, a whole warpgroup idle), k-loops shorter than, equal to and longer
 // than the pipeline ring, and persistent grids of 1 CTA (every tile through one ring) up to more CTAs
 // than tiles. Dynamic shared memory starts as 0xFF bytes (BF16 NaN), so reading what was never copied
-// shows. Not a CTest test (a minute or two on 2 cores).
+// shows. Every kernel variant (moe_wgmma::Variants) runs the same cases ($EMULATE_VARIANT=N: only N).
+// Not a CTest test (about 40 s per variant on 2 cores).
 //   usage: emulate_moe_wgmma [seed]
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/swiglu.h"
@@ -26,9 +28,9 @@ namespace osprey::cuda {
 using namespace moe_wgmma;
 
 // One persistent grid, CTA after CTA, a std::thread per CUDA thread.
-template <Proj kProj>
+template <class Cfg, Proj kProj>
 void emu_grid(const Params& p, int grid) {
-    const size_t smem = smem_bytes(p.n_groups);
+    const size_t smem = smem_bytes<Cfg>(p.n_groups);
     std::vector<uint8_t> buf(smem + 2048);
     g_smem_window = buf.data() + (1024 - reinterpret_cast<uintptr_t>(buf.data()) % 1024) % 1024;
     for (int b = 0; b < grid; ++b) {
@@ -51,7 +53,7 @@ void emu_grid(const Params& p, int grid) {
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
-                moe_wgmma_kernel<kProj>(p);
+                moe_wgmma_kernel<Cfg, kProj>(p);
             });
         for (auto& th : threads) th.join();
         for (const WgmmaQueue& q : g_wgmma)
@@ -63,10 +65,11 @@ void emu_grid(const Params& p, int grid) {
     }
 }
 
+template <class Cfg>
 Params params(const uint8_t* blocks, const uint8_t* scales, const bf16* bias, const bf16* x, void* out,
               const int32_t* offsets, const int32_t* sorted, int n_experts, int n_in, int n_out) {
     return {blocks, scales, reinterpret_cast<const __nv_bfloat16*>(bias), reinterpret_cast<const __nv_bfloat16*>(x),
-            out, offsets, sorted, n_experts, 4, n_in, n_out, n_in / 32, n_in / kBK, (n_out + kBM - 1) / kBM,
+            out, offsets, sorted, n_experts, 4, n_in, n_out, n_in / 32, n_in / kBK, (n_out + Cfg::kBM - 1) / Cfg::kBM,
             1.702f, 7.0f};
 }
 
@@ -130,7 +133,8 @@ struct Shape {
     std::vector<int> rows_per_expert;  // sums to a multiple of 4 (top-4)
 };
 
-void run(const Shape& s, std::mt19937& rng, const std::vector<int>& grids) {
+template <class Cfg>
+void run(int variant, const Shape& s, std::mt19937& rng, const std::vector<int>& grids) {
     const int E = int(s.rows_per_expert.size());
     int n_rows = 0;
     for (int r : s.rows_per_expert) n_rows += r;
@@ -166,14 +170,14 @@ void run(const Shape& s, std::mt19937& rng, const std::vector<int>& grids) {
 
     for (int grid : grids) {
         char tag[160];
-        std::snprintf(tag, sizeof tag, "[%s d_model=%d d_ff=%d rows=%d grid=%d]", s.name, s.d_model, s.d_ff, n_rows, grid);
+        std::snprintf(tag, sizeof tag, "[v%d %s d_model=%d d_ff=%d rows=%d grid=%d]", variant, s.name, s.d_model, s.d_ff, n_rows, grid);
         std::vector<bf16> u_dev(size_t(n_rows) * s.d_ff, bf16{0xFFFF});   // poisoned
         std::vector<float> y_dev(size_t(n_rows) * s.d_model, NAN);
-        cuda::emu_grid<cuda::Proj::mlp1>(cuda::params(w1.blocks.data(), w1.scales.data(), w1.bias.data(), x.data(),
+        cuda::emu_grid<Cfg, cuda::Proj::mlp1>(cuda::params<Cfg>(w1.blocks.data(), w1.scales.data(), w1.bias.data(), x.data(),
                                                        u_dev.data(), offsets.data(), sorted.data(), E, s.d_model,
                                                        2 * s.d_ff),
                                          grid);
-        cuda::emu_grid<cuda::Proj::mlp2>(cuda::params(w2.blocks.data(), w2.scales.data(), w2.bias.data(), u_dev.data(),
+        cuda::emu_grid<Cfg, cuda::Proj::mlp2>(cuda::params<Cfg>(w2.blocks.data(), w2.scales.data(), w2.bias.data(), u_dev.data(),
                                                        y_dev.data(), offsets.data(), sorted.data(), E, s.d_ff, s.d_model),
                                          grid);
         // u: stored at sorted position, columns moe_u_column.
@@ -200,14 +204,23 @@ void run(const Shape& s, std::mt19937& rng, const std::vector<int>& grids) {
 
 int main(int argc, char** argv) {
     const unsigned seed = argc > 1 ? unsigned(std::atoi(argv[1])) : 1u;
-    std::mt19937 rng(seed);
     // edges: mlp1 128 x 192 (3 k-stages, half an m-tile: consumer warpgroup 1 idle), mlp2 192 x 64 (one
     // k-stage; 3 of 4 m-blocks); experts with 0, 5, 130 (a full tile + 2) and 1 rows.
     // mid: mlp1 640 x 320 (5 k-stages = the ring; 2.5 m-tiles), mlp2 320 x 320; 0 to 262 rows per expert.
     const Shape shapes[] = {{"edges", 192, 64, {0, 5, 130, 1}},
                             {"mid", 320, 320, {129, 0, 1, 262, 128}},
                             {"ring", 448, 128, {127, 0, 0, 1, 4}}};  // mlp1 256 x 448: 7 k-stages, mlp2 448 x 128
-    for (const Shape& s : shapes) run(s, rng, {1, 3, 7});
+    // Every variant (moe_wgmma::Variants), or only $EMULATE_VARIANT.
+    const char* only = std::getenv("EMULATE_VARIANT");
+    [&]<int... kV>(std::integer_sequence<int, kV...>) {
+        (
+            [&] {
+                if (only != nullptr && std::atoi(only) != kV) return;
+                std::mt19937 rng_v(seed);  // the same inputs for every variant
+                for (const Shape& s : shapes) run<cuda::moe_wgmma::Variant<kV>>(kV, s, rng_v, {1, 3, 7});
+            }(),
+            ...);
+    }(std::make_integer_sequence<int, cuda::moe_wgmma::kVariants>{});
     std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
     return failures ? 1 : 0;
 }

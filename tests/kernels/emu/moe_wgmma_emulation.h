@@ -4,7 +4,7 @@
 //     kernel sees starts 16 bytes past it, so the kernel's own 1024-byte alignment is exercised;
 //   - cp.async (16 bytes, zero-fill) as an immediate copy, its mbarrier arrival as a plain arrival;
 //     cp.async.bulk as moe_decode_emulation.h's bulk_copy;
-//   - wgmma.mma_async m64n128k16 (A from registers, B from a shared-memory descriptor) as the PTX ISA
+//   - wgmma.mma_async m64nNk16 (N = 64, 128, 256; A from registers, B from a shared-memory descriptor) as the PTX ISA
 //     defines it, executed LAZILY: mma_async only records (accumulator pointer, A register pointer,
 //     descriptor); wait_group N executes every recorded operation but those of the newest N committed
 //     groups, reading the A registers and shared memory at that moment. So a kernel that rewrites an A
@@ -39,7 +39,8 @@ template <int kRegs>
 void setmaxnreg_inc() {}
 inline void fence_proxy_async() {}
 inline void wgmma_fence() {}
-inline void fence_operands(float (&)[64]) {}
+template <int N>
+void fence_operands(float (&)[N]) {}
 
 inline void cp_async16_zfill(void* dst, const void* src, bool valid) {
     if (reinterpret_cast<uintptr_t>(dst) % 16 || (valid && reinterpret_cast<uintptr_t>(src) % 16)) {
@@ -61,6 +62,7 @@ struct WgmmaOp {
     float* d;
     const uint32_t* a;
     uint64_t desc;
+    int n;  // wgmma N: d holds n / 2 values per thread
 };
 struct WgmmaQueue {
     std::vector<WgmmaOp> ops;        // recorded, not yet executed
@@ -68,8 +70,10 @@ struct WgmmaQueue {
 };
 inline std::vector<WgmmaQueue> g_wgmma;  // [threads of the block]
 
-inline void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
-    g_wgmma[threadIdx.x].ops.push_back({d, a, desc});
+template <int N>
+void wgmma_m64nNk16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc) {
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256);
+    g_wgmma[threadIdx.x].ops.push_back({d, a, desc, N});
 }
 inline void wgmma_commit() {
     WgmmaQueue& q = g_wgmma[threadIdx.x];
@@ -111,7 +115,7 @@ void wgmma_wait() {
     };
     for (size_t i = 0; i < n_exec; ++i) {
         const WgmmaOp& op = me.ops[i];
-        for (int v = 0; v < 64; ++v) {  // d[4j + r]: row 16 warp + lane / 4 + 8 (r / 2), column 8j + 2 (lane % 4) + r % 2
+        for (int v = 0; v < op.n / 2; ++v) {  // d[4j + r]: row 16 warp + lane / 4 + 8 (r / 2), column 8j + 2 (lane % 4) + r % 2
             const int row = 16 * warp + lane / 4 + 8 * ((v / 2) % 2);
             const int col = 8 * (v / 4) + 2 * (lane % 4) + v % 2;
             double sum = 0.0;
