@@ -113,8 +113,8 @@ TEST(attention_plan, random_batches_full_and_window) {
 TEST(attention_plan, wgmma_variants) {
     EXPECT_EQ(wgmma_prefill_tokens(0), kWgmmaPrefillTokens) << "variant 0 is the kernel as first measured";
     for (int v = 0; v < kAttnWgmmaVariantCount; ++v) {
-        const AttnPlan plan = plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false,
-                                             AttnPrefillKernel::wgmma, v);
+        const AttnPlan plan =
+            plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false, AttnPrefillKernel::wgmma, v);
         const int tokens = wgmma_prefill_tokens(v);
         EXPECT_EQ(plan.prefill.size(), size_t((100 + tokens - 1) / tokens));
         EXPECT_EQ(plan.wgmma_variant, v);
@@ -122,9 +122,9 @@ TEST(attention_plan, wgmma_variants) {
     EXPECT_THROW(plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false,
                                 AttnPrefillKernel::wgmma, kAttnWgmmaVariantCount),
                  Error);
-    EXPECT_THROW(plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false,
-                                AttnPrefillKernel::wgmma, -1),
-                 Error);
+    EXPECT_THROW(
+        plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false, AttnPrefillKernel::wgmma, -1),
+        Error);
 }
 
 TEST(attention_plan, window_boundaries) {

@@ -50,8 +50,7 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
     AttnPlan plan;
     plan.prefill_kernel = prefill;
     plan.wgmma_variant = wgmma_variant;
-    const int item_tokens =
-        prefill == AttnPrefillKernel::wgmma ? wgmma_prefill_tokens(wgmma_variant) : kPrefillTokens;
+    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? wgmma_prefill_tokens(wgmma_variant) : kPrefillTokens;
     int n_decode_tokens = 0;
     for (const AttnSlice& s : slices) {
         OSPREY_CHECK(s.n_tokens > 0 && s.start_pos >= 0 && s.first_token >= 0 && s.first_key >= 0 &&

@@ -35,7 +35,7 @@ template <int V>
 struct Cfg {
     static constexpr AttnWgmmaVariant kVariant = kAttnWgmmaVariants[V];
     static constexpr int kConsumers = kVariant.consumers;
-    static constexpr int kRows = kConsumers * 64;  // query rows per CTA
+    static constexpr int kRows = kConsumers * 64;     // query rows per CTA
     static constexpr int kBlockN = kVariant.block_n;  // keys per K/V tile
     static constexpr int kStages = kVariant.stages;   // K/V tiles in the ring (>= 3: the producer
                                                       // signals tile i - 1 after issuing tile i)
@@ -45,18 +45,22 @@ struct Cfg {
     static constexpr bool kPolyExp = kVariant.poly_exp;
     static constexpr bool kWaitPv = kVariant.wait_pv;
     static constexpr int kThreads = kWgThreads * (1 + kConsumers);
-    static constexpr int kQBytes = kRows * kRowBytes;        // 16 KB per 2 consumers
-    static constexpr int kTileBytes = kBlockN * kRowBytes;   // 16 KB per K or V tile of 128 keys
+    static constexpr int kQBytes = kRows * kRowBytes;       // 16 KB per 2 consumers
+    static constexpr int kTileBytes = kBlockN * kRowBytes;  // 16 KB per K or V tile of 128 keys
     static constexpr int kBarriers = 2 * kStages + 2 * kQBufs;
     static constexpr int kSmemBytes =
         1024 /* alignment slack */ + kQBufs * kQBytes + 2 * kStages * kTileBytes + 8 * kBarriers;
     static_assert(kRows / kAttnGroup == wgmma_prefill_tokens(V));
     static_assert(kConsumers >= 2 && kConsumers <= 3 && (kBlockN == 64 || kBlockN == 128) && kStages >= 3);
     static_assert(kSmemBytes <= 227 * 1024, "more than the opt-in shared memory of one Hopper block");
-    static_assert(kProducerRegs == 0 ||
-                      (kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 &&
-                       kWgThreads * (kProducerRegs + kConsumers * kConsumerRegs) <= 65536),
-                  "setmaxnreg budgets exceed the register file");
+    // Registers per thread at launch (one CTA per SM, allocated in units of 8): setmaxnreg.inc only takes
+    // what the CTA's own warps released, so the budgets must fit in what it was launched with (168 x
+    // 384 threads, 128 x 512), or the consumers' inc waits forever. ptxas -v reports this launch count.
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+    static_assert(kProducerRegs == 0 || (kProducerRegs % 8 == 0 && kConsumerRegs % 8 == 0 && kProducerRegs >= 24 &&
+                                         kConsumerRegs <= 256 &&
+                                         kProducerRegs + kConsumers * kConsumerRegs <= (1 + kConsumers) * kLaunchRegs),
+                  "setmaxnreg budgets exceed the registers the CTA is launched with");
 };
 
 struct Smem {
@@ -257,8 +261,8 @@ __device__ __forceinline__ void attention_wgmma_turn_pass(int wg) {
 struct UnitRun {
     AttnItem it;
     int n_tiles;
-    int n0;         // ring position of the unit's first tile
-    bool last;      // the CTA's last unit: the last consumer passes no turn after its last tile
+    int n0;                           // ring position of the unit's first tile
+    bool last;                        // the CTA's last unit: the last consumer passes no turn after its last tile
     uint64_t q_desc, k_desc, v_desc;  // stage 0's K/V tiles; stage st is + st * kTileBytes / 16
 };
 
@@ -266,9 +270,9 @@ struct UnitRun {
 // the previous tile: FA3's intra-warpgroup overlap), pass the turn, then the softmax of S_i while the
 // other consumers' MMAs run; after the PV completes, release tile i - 1 and rescale O.
 template <class C, bool kMask>
-__device__ __forceinline__ void attention_wgmma_step(int i, int wg, const AttnArgs& a, const UnitRun& u,
-                                                     const Smem& sm, int lane, float (&o)[32],
-                                                     uint32_t (&p)[C::kBlockN / 16][4], SoftmaxRows& r) {
+__device__ __forceinline__ void attention_wgmma_step(int i, int wg, const AttnArgs& a, const UnitRun& u, const Smem& sm,
+                                                     int lane, float (&o)[32], uint32_t (&p)[C::kBlockN / 16][4],
+                                                     SoftmaxRows& r) {
     constexpr int kK = C::kBlockN / 16;
     const int n = u.n0 + i, st = n % C::kStages, prev = (n - 1) % C::kStages;
     sm90::mbar_wait(&sm.full[st], (n / C::kStages) & 1);
@@ -398,8 +402,7 @@ __device__ __forceinline__ void attention_wgmma_consume_unit(const AttnArgs& a, 
 // Consumer warpgroup wg (0 .. kConsumers - 1): the CTA's units one after another, the ring position
 // carried across them.
 template <class C>
-__device__ void attention_wgmma_consume(const AttnArgs& a, const AttnItem* items, int n_items, int wg,
-                                        const Smem& sm) {
+__device__ void attention_wgmma_consume(const AttnArgs& a, const AttnItem* items, int n_items, int wg, const Smem& sm) {
     if constexpr (C::kConsumerRegs > 0) sm90::reg_alloc<C::kConsumerRegs>();
     const int n_units = n_items * a.n_kv_heads;
     UnitRun u;
@@ -487,8 +490,7 @@ void attention_prefill_wgmma_configure() {
     (void)done;
 }
 
-void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, int variant,
-                             cudaStream_t stream) {
+void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, int variant, cudaStream_t stream) {
     if (n_items == 0) return;
     OSPREY_CHECK(a.n_q_heads == a.n_kv_heads * kAttnGroup && a.head_dim == kAttnHeadDim,
                  "attention_prefill_wgmma: compiled for head_dim ", kAttnHeadDim, " and a group of ", kAttnGroup);

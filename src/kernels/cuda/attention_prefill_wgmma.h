@@ -15,8 +15,7 @@
 namespace osprey::cuda {
 
 // items: the plan's prefill items, cut for `variant` (AttnPlan::wgmma_variant).
-void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, int variant,
-                             cudaStream_t stream);
+void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, int variant, cudaStream_t stream);
 
 // Raises every variant's shared-memory limit (called by attention_configure()).
 void attention_prefill_wgmma_configure();

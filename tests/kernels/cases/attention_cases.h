@@ -378,7 +378,7 @@ inline std::vector<Case> cases() {
         wg("wgmma_one_key_tile", {.seqs = {{112, 16}}});
         wg("wgmma_half_key_tile_plus_one", {.seqs = {{0, 65}}});  // variant 5's tile of 64 and one key
         wg("wgmma_key_tile_plus_one", {.seqs = {{0, 129}}});
-        wg("wgmma_ring_wraps", {.seqs = {{0, 700}}});  // 6 key tiles: the 3-stage ring turns twice
+        wg("wgmma_ring_wraps", {.seqs = {{0, 700}}});         // 6 key tiles: the 3-stage ring turns twice
         wg("wgmma_deep_ring_wraps", {.seqs = {{1700, 40}}});  // 14 tiles (28 of 64): every ring wraps
         wg("wgmma_continues_cached_prefix", {.seqs = {{200, 77}}});
         wg("wgmma_long_cached_prefix", {.seqs = {{1000, 50}}});

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "attention_wgmma_emulated.h"
 #include "kernels/cpu/attention.h"
@@ -212,9 +213,10 @@ void run(const Case& c, std::mt19937& rng, int skew) {
         if (!(err <= worst)) worst = err, worst_i = i;
     }
     const size_t row = worst_i / (kNq * kD), col = worst_i % (kNq * kD);
-    std::printf("%s v%d %s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
-                bad ? "FAIL" : "ok  ", V, c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
-                double(bf16_to_float(out[worst_i])), double(want_all[worst_i]), worst);
+    std::printf(
+        "%s v%d %s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
+        bad ? "FAIL" : "ok  ", V, c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
+        double(bf16_to_float(out[worst_i])), double(want_all[worst_i]), worst);
     if (bad) std::printf(", %zu of %zu bad", bad, out.size()), ++failures;
     std::printf("\n");
     std::fflush(stdout);
@@ -227,6 +229,12 @@ void run_variant(const std::vector<Case>& cases, std::mt19937& rng) {
         run<V>(c, rng, skew);
         skew = (skew + 48) % 1024;
     }
+}
+
+// Runs variant v (a runtime number) of the ones in kV.
+template <int... kV>
+bool run_variant_numbered(int v, const std::vector<Case>& cases, std::mt19937& rng, std::integer_sequence<int, kV...>) {
+    return ((v == kV ? (run_variant<kV>(cases, rng), true) : false) || ...);
 }
 
 }  // namespace
@@ -250,17 +258,10 @@ int main(int argc, char** argv) {
         {.name = "window_chunk_and_replay", .window = 128, .seqs = {{200, 40}, {500, 20, 420}, {5, 7}}},
         {.name = "long_prefix_many_units", .seqs = {{1500, 70}, {0, 3}}},  // 12+ tiles per unit: deep rings wrap
     };
-    static_assert(cuda::kAttnWgmmaVariantCount == 7, "list every variant below");
     for (int v : variants) {
-        switch (v) {
-        case 0: run_variant<0>(cases, rng); break;
-        case 1: run_variant<1>(cases, rng); break;
-        case 2: run_variant<2>(cases, rng); break;
-        case 3: run_variant<3>(cases, rng); break;
-        case 4: run_variant<4>(cases, rng); break;
-        case 5: run_variant<5>(cases, rng); break;
-        case 6: run_variant<6>(cases, rng); break;
-        default: std::printf("no variant %d\n", v); return 2;
+        if (!run_variant_numbered(v, cases, rng, std::make_integer_sequence<int, cuda::kAttnWgmmaVariantCount>{})) {
+            std::printf("no variant %d\n", v);
+            return 2;
         }
     }
     std::printf("%d of %d checks failed (seed %u, variants", failures, checks, seed);
