@@ -4,15 +4,18 @@
 # masking, online softmax with the sink) on a machine without a GPU: extracts the device code of
 # src/kernels/cuda/attention_prefill_wgmma.cu, compiles it as C++ against the CPU emulation
 # (tests/kernels/emu/wgmma_emulation.h: one std::thread per CUDA thread, wgmma from the PTX ISA's
-# canonical layouts) and compares with the CPU reference on small shapes (a few minutes on 2 cores).
-# What it cannot check: timing, register-level asynchrony of wgmma, and whether the PTX wrappers in
-# wgmma.cuh encode what the emulation assumes (the H200 test does).
-#   usage: scripts/emulate_attention_wgmma.sh BUILD_DIR [seed]
+# canonical layouts) and compares with the CPU reference on small shapes. Every variant of the kernel
+# (kAttnWgmmaVariants in attention.h) runs every case, the persistent ones on a grid of 3 CTAs so that
+# each CTA loops over several (item, KV head) units (about three minutes for all on 2 cores).
+# What it cannot check: timing, register-level asynchrony of wgmma, setmaxnreg, and whether the PTX
+# wrappers in wgmma.cuh encode what the emulation assumes (the H200 test does).
+#   usage: scripts/emulate_attention_wgmma.sh BUILD_DIR [seed [variant...]]
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-build="${1:?usage: $0 BUILD_DIR [seed]}"
+build="${1:?usage: $0 BUILD_DIR [seed [variant...]]}"
 seed="${2:-1}"
+shift $(( $# > 1 ? 2 : 1 ))
 out="$build/emulate_attention_wgmma"
 mkdir -p "$out"
 k="$root/src/kernels/cuda"
@@ -21,6 +24,10 @@ k="$root/src/kernels/cuda"
   echo 'struct float2 { float x, y; };'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int k(AttnHeadDim|AttnGroup|AttnKeyTile|PrefillTokens|WgmmaPrefillTokens) " "$k/attention.h"
+  sed -n '/^struct AttnWgmmaVariant {/,/^};/p' "$k/attention.h"
+  sed -n '/^inline constexpr AttnWgmmaVariant kAttnWgmmaVariants/,/^};/p' "$k/attention.h"
+  grep -E "^inline constexpr int kAttnWgmmaVariantCount" "$k/attention.h"
+  sed -n '/^constexpr int wgmma_prefill_tokens(int v) {$/,/^}/p' "$k/attention.h"
   sed -n '/^struct AttnItem {/,/^};/p' "$k/attention.h"
   sed -n '/^struct AttnArgs {/,/^};/p' "$k/attention.h"
   sed -n '/^__device__ inline void attention_kv_rows/,/^}/p' "$k/attention_kv.cuh"
@@ -35,8 +42,10 @@ k="$root/src/kernels/cuda"
 } > "$out/attention_wgmma_emulated.h"
 grep -q "uint8_t\* smem_raw = g_dyn_smem;" "$out/attention_wgmma_emulated.h"
 grep -q "attention_kv_rows" "$out/attention_wgmma_emulated.h"
+grep -q "kAttnWgmmaVariants\[\] = {" "$out/attention_wgmma_emulated.h"
+grep -q "wgmma_prefill_tokens(int v)" "$out/attention_wgmma_emulated.h"
 g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \
   -include climits -I"$out" -I"$root/tests/kernels/emu" -I"$root/src" \
   "$root/tests/kernels/emu/emulate_attention_wgmma.cpp" \
   "$build/src/kernels/cpu/libosprey_kernels_cpu.a" "$build/src/core/libosprey_core.a" -lpthread -o "$out/emulate_attention_wgmma"
-"$out/emulate_attention_wgmma" "$seed"
+"$out/emulate_attention_wgmma" "$seed" "$@"

@@ -18,10 +18,11 @@ int first_key_of(const AttnSlice& s, int pos, int window) {
 }
 
 void check_plan(const std::vector<AttnSlice>& slices, int window, int target, bool fixed,
-                AttnPrefillKernel prefill = AttnPrefillKernel::mma_sync) {
-    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed, prefill);
+                AttnPrefillKernel prefill = AttnPrefillKernel::mma_sync, int variant = 0) {
+    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed, prefill, variant);
     EXPECT_EQ(plan.prefill_kernel, prefill);
-    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? kWgmmaPrefillTokens : kPrefillTokens;
+    EXPECT_EQ(plan.wgmma_variant, variant);
+    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? wgmma_prefill_tokens(variant) : kPrefillTokens;
     size_t di = 0, pi = 0, mi = 0;
     int partials = 0, splits_seen = -1;
     for (const AttnSlice& s : slices) {
@@ -104,16 +105,36 @@ TEST(attention_plan, random_batches_full_and_window) {
         check_plan(slices, ring ? 128 : 0, 264, false);
         check_plan(slices, ring ? 128 : 0, 264, true);
         check_plan(slices, ring ? 128 : 0, 1, false);  // no room to split
-        check_plan(slices, ring ? 128 : 0, 264, false, AttnPrefillKernel::wgmma);  // items of 16 tokens
+        for (int v = 0; v < kAttnWgmmaVariantCount; ++v)  // items of 16 tokens (24 in variant 4)
+            check_plan(slices, ring ? 128 : 0, 264, false, AttnPrefillKernel::wgmma, v);
     }
+}
+
+TEST(attention_plan, wgmma_variants) {
+    EXPECT_EQ(wgmma_prefill_tokens(0), kWgmmaPrefillTokens) << "variant 0 is the kernel as first measured";
+    for (int v = 0; v < kAttnWgmmaVariantCount; ++v) {
+        const AttnPlan plan =
+            plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false, AttnPrefillKernel::wgmma, v);
+        const int tokens = wgmma_prefill_tokens(v);
+        EXPECT_EQ(plan.prefill.size(), size_t((100 + tokens - 1) / tokens));
+        EXPECT_EQ(plan.wgmma_variant, v);
+    }
+    EXPECT_THROW(plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false,
+                                AttnPrefillKernel::wgmma, kAttnWgmmaVariantCount),
+                 Error);
+    EXPECT_THROW(
+        plan_attention(std::vector<AttnSlice>{{0, 100, 0, 0, 0, 0}}, 0, 8, 264, false, AttnPrefillKernel::wgmma, -1),
+        Error);
 }
 
 TEST(attention_plan, window_boundaries) {
     for (int p : {0, 1, 126, 127, 128, 129, 1000}) check_plan({{0, 1, p, 0, 0, 0}}, 128, 264, false);
     check_plan({{0, 300, 0, 0, 0, 0}}, 128, 264, false);
     check_plan({{0, 100, 420, 0, 0, 400}}, 128, 264, false);  // replayed ring: nothing before 400
-    check_plan({{0, 300, 0, 0, 0, 0}}, 128, 264, false, AttnPrefillKernel::wgmma);
-    check_plan({{0, 100, 420, 0, 0, 400}}, 128, 264, false, AttnPrefillKernel::wgmma);
+    for (int v = 0; v < kAttnWgmmaVariantCount; ++v) {
+        check_plan({{0, 300, 0, 0, 0, 0}}, 128, 264, false, AttnPrefillKernel::wgmma, v);
+        check_plan({{0, 100, 420, 0, 0, 400}}, 128, 264, false, AttnPrefillKernel::wgmma, v);
+    }
 }
 
 TEST(attention_plan, long_decode_splits_fill_the_target) {

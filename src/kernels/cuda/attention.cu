@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "kernels/cuda/attention_kv.cuh"
@@ -29,12 +30,27 @@ AttnPrefillKernel attention_prefill_kernel_default() {
     return k;
 }
 
+int attention_wgmma_variant_default() {
+    static const int v = [] {
+        const char* s = std::getenv("OSPREY_ATTN_WGMMA_VARIANT");
+        if (!s || !*s) return 0;
+        const int n = std::atoi(s);
+        OSPREY_CHECK(n >= 0 && n < kAttnWgmmaVariantCount && std::string_view(s) == std::to_string(n),
+                     "OSPREY_ATTN_WGMMA_VARIANT=", s, ": expected 0..", kAttnWgmmaVariantCount - 1);
+        return n;
+    }();
+    return v;
+}
+
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
-                        bool fixed_splits, AttnPrefillKernel prefill) {
+                        bool fixed_splits, AttnPrefillKernel prefill, int wgmma_variant) {
     OSPREY_CHECK(window >= 0 && n_kv_heads > 0, "plan_attention: window ", window, ", n_kv_heads ", n_kv_heads);
+    OSPREY_CHECK(wgmma_variant >= 0 && wgmma_variant < kAttnWgmmaVariantCount, "plan_attention: wgmma variant ",
+                 wgmma_variant);
     AttnPlan plan;
     plan.prefill_kernel = prefill;
-    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? kWgmmaPrefillTokens : kPrefillTokens;
+    plan.wgmma_variant = wgmma_variant;
+    const int item_tokens = prefill == AttnPrefillKernel::wgmma ? wgmma_prefill_tokens(wgmma_variant) : kPrefillTokens;
     int n_decode_tokens = 0;
     for (const AttnSlice& s : slices) {
         OSPREY_CHECK(s.n_tokens > 0 && s.start_pos >= 0 && s.first_token >= 0 && s.first_key >= 0 &&
@@ -375,7 +391,7 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
     launch_decode(a, plan.decode, plan.n_decode, plan.merges, stream);
     if (plan.prefill_kernel == AttnPrefillKernel::wgmma)
-        attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, stream);  // wgmma (attention_prefill_wgmma.cu)
+        attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, plan.wgmma_variant, stream);  // wgmma
     else
         attention_prefill(a, plan.prefill, plan.n_prefill, stream);  // mma.sync (attention_prefill.cu)
     if (plan.n_merges > 0 && a.merge_counters == nullptr) {

@@ -40,7 +40,37 @@ inline constexpr int kAttnGroup = 8;        // query heads per KV head compiled 
 inline constexpr int kAttnKeyTile = 64;     // keys per shared-memory tile
 inline constexpr int kPrefillTokens = 8;    // query tokens per prefill item
 inline constexpr int kMinKeysPerSplit = 64; // smallest KV split of a decode token
-inline constexpr int kWgmmaPrefillTokens = 16;  // query tokens per prefill item of the wgmma kernel
+inline constexpr int kWgmmaPrefillTokens = 16;  // query tokens per prefill item of wgmma variant 0
+
+// Compile-time configurations ("variants") of the one wgmma prefill kernel (attention_prefill_wgmma.cu),
+// chosen at run time so that an H200 run can A/B them: $OSPREY_ATTN_WGMMA_VARIANT=<n> (default 0), or
+// per plan (plan_attention's wgmma_variant). docs/architecture.md says what each one is for.
+struct AttnWgmmaVariant {
+    int consumers;      // consumer warpgroups of 64 query rows (8 tokens x 8 heads): items of 8 x consumers tokens
+    int block_n;        // keys per K/V tile (128 or 64)
+    int stages;         // K/V tiles in the shared-memory ring (>= 3)
+    bool persistent;    // one CTA per SM looping over (item, KV head) units, Q double-buffered
+    int producer_regs;  // setmaxnreg for the producer / each consumer warpgroup (0: none)
+    int consumer_regs;
+    bool wait_pv;   // wait for the previous tile's P·V before the softmax (frees P's registers)
+    bool poly_exp;  // a quarter of the softmax's exp2 on the FMA pipe (polynomial) instead of MUFU
+};
+inline constexpr AttnWgmmaVariant kAttnWgmmaVariants[] = {
+    {2, 128, 3, false, 0, 0, false, false},    // 0: the kernel as first measured (default)
+    {2, 128, 6, false, 0, 0, false, false},    // 1: deep ring: loads run 3 tiles ahead of the step needing them
+    {2, 128, 6, true, 0, 0, false, false},     // 2: 1 + persistent CTAs (next unit's loads overlap this tail)
+    {2, 128, 6, true, 24, 240, false, false},  // 3: 2 + setmaxnreg (producer 24, consumers 240 registers)
+    {3, 128, 5, true, 24, 160, true, false},   // 4: 3 consumers: items of 24 tokens (192 rows per K/V tile)
+    {2, 64, 12, true, 32, 232, false, false},  // 5: 3 with 64-key tiles (window layers), setmaxnreg 32/232
+    {2, 128, 6, true, 24, 240, false, true},   // 6: 3 + a quarter of exp2 as a polynomial on the FMA pipe
+};
+inline constexpr int kAttnWgmmaVariantCount = int(sizeof(kAttnWgmmaVariants) / sizeof(kAttnWgmmaVariants[0]));
+// Query tokens per prefill item of wgmma variant v.
+constexpr int wgmma_prefill_tokens(int v) {
+    return kAttnWgmmaVariants[v].consumers * kAttnGroup;
+}
+// $OSPREY_ATTN_WGMMA_VARIANT (read once per process), 0 when unset; a value out of range is an error.
+int attention_wgmma_variant_default();
 
 // Which kernel runs the prefill items (the plan's item size depends on it):
 //   mma_sync  attention_prefill.h: items of kPrefillTokens, mma.sync m16n8k16 (the default)
@@ -87,6 +117,7 @@ struct AttnPlan {
     std::vector<AttnMerge> merges;  // decode tokens whose KV was split
     int n_partials = 0;
     AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // what the prefill items were cut for
+    int wgmma_variant = 0;  // the wgmma kernel's variant they were cut for (kAttnWgmmaVariants)
 };
 
 // window: 0 for full causal attention, else the sliding window (keys p - window + 1 .. p).
@@ -95,9 +126,11 @@ struct AttnPlan {
 // splits (some may be empty): the power of two at or above what the longest context needs, capped
 // by the target, so that a decode step's grid sizes change only when a context crosses a power of
 // two and the step can be replayed from a CUDA graph keyed by those sizes. prefill: the kernel the
-// prefill items are cut for (AttnDevicePlan::prefill_kernel must say the same).
+// prefill items are cut for (AttnDevicePlan::prefill_kernel must say the same); wgmma_variant: which
+// configuration of the wgmma kernel (its item size; AttnDevicePlan::wgmma_variant must say the same).
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
-                        bool fixed_splits = false, AttnPrefillKernel prefill = attention_prefill_kernel_default());
+                        bool fixed_splits = false, AttnPrefillKernel prefill = attention_prefill_kernel_default(),
+                        int wgmma_variant = attention_wgmma_variant_default());
 
 // The plan's arrays in device memory (uploaded by the caller).
 struct AttnDevicePlan {
@@ -108,6 +141,7 @@ struct AttnDevicePlan {
     const AttnMerge* merges = nullptr;   // [n_merges]
     int n_merges = 0;
     AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // AttnPlan::prefill_kernel
+    int wgmma_variant = 0;                                           // AttnPlan::wgmma_variant
 };
 
 struct AttnArgs {

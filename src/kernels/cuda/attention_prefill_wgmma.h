@@ -14,9 +14,10 @@
 
 namespace osprey::cuda {
 
-void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, cudaStream_t stream);
+// items: the plan's prefill items, cut for `variant` (AttnPlan::wgmma_variant).
+void attention_prefill_wgmma(const AttnArgs& a, const AttnItem* items, int n_items, int variant, cudaStream_t stream);
 
-// Raises the kernel's shared-memory limit (called by attention_configure()).
+// Raises every variant's shared-memory limit (called by attention_configure()).
 void attention_prefill_wgmma_configure();
 
 }  // namespace osprey::cuda

@@ -403,11 +403,11 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     step.plan_full = {reinterpret_cast<const cuda::AttnItem*>(at(o_fd)), int(full.decode.size()),
                       reinterpret_cast<const cuda::AttnItem*>(at(o_fp)), int(full.prefill.size()),
                       reinterpret_cast<const cuda::AttnMerge*>(at(o_fm)), int(full.merges.size()),
-                      full.prefill_kernel};
+                      full.prefill_kernel, full.wgmma_variant};
     step.plan_window = {reinterpret_cast<const cuda::AttnItem*>(at(o_wd)), int(window.decode.size()),
                         reinterpret_cast<const cuda::AttnItem*>(at(o_wp)), int(window.prefill.size()),
                         reinterpret_cast<const cuda::AttnMerge*>(at(o_wm)), int(window.merges.size()),
-                        window.prefill_kernel};
+                        window.prefill_kernel, window.wgmma_variant};
     step.store_full = reinterpret_cast<const cuda::KvStoreRow*>(at(o_sf));
     step.n_store_full = int(store_full.size());
     step.store_window = reinterpret_cast<const cuda::KvStoreRow*>(at(o_sw));

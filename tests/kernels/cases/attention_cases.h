@@ -52,6 +52,7 @@ struct Case {
     bool merge_kernel = false;  // split decode tokens merged by attention_merge_kernel (false: in the
                                 // decode kernel, with arrival counters, as the forward does)
     bool wgmma = false;         // prefill items on the wgmma kernel (false: $OSPREY_ATTN_WGMMA decides)
+    int wgmma_variant = -1;     // its variant (kAttnWgmmaVariants; -1: $OSPREY_ATTN_WGMMA_VARIANT decides)
     std::vector<Seq> seqs;
 };
 
@@ -139,7 +140,8 @@ inline Result run(const Case& c, Mode mode) {
 
     const cuda::AttnPlan plan =
         cuda::plan_attention(slices, c.window, kNkv, 2 * cuda::sm_count(), false,
-                             c.wgmma ? cuda::AttnPrefillKernel::wgmma : cuda::attention_prefill_kernel_default());
+                             c.wgmma ? cuda::AttnPrefillKernel::wgmma : cuda::attention_prefill_kernel_default(),
+                             c.wgmma_variant >= 0 ? c.wgmma_variant : cuda::attention_wgmma_variant_default());
     auto d_pt = to_device(page_table);
     auto d_out = poisoned<bf16>(size_t(n_tokens) * kNq * kD);
     auto d_dec = to_device(plan.decode);
@@ -158,7 +160,8 @@ inline Result run(const Case& c, Mode mode) {
     const cuda::AttnDevicePlan dp{.decode = d_dec.get(), .n_decode = int(plan.decode.size()),
                                   .prefill = d_pre.get(), .n_prefill = int(plan.prefill.size()),
                                   .merges = d_mg.get(), .n_merges = int(plan.merges.size()),
-                                  .prefill_kernel = plan.prefill_kernel};
+                                  .prefill_kernel = plan.prefill_kernel,
+                                  .wgmma_variant = plan.wgmma_variant};
 
     if (mode == Mode::perf) {
         const double us = time_us([&](int) { cuda::attention(a, dp, nullptr); }, iters_or(50));
@@ -275,11 +278,14 @@ inline Case decode(int batch, int ctx, int window = 0, int page_size = 32) {
     for (int i = 0; i < batch; ++i) c.seqs.push_back({ctx, 1, window ? std::max(0, ctx - window + 1) : 0});
     return c;
 }
-// A prefill chunk of n_new tokens after ctx cached ones (one sequence).
-inline Case prefill(int ctx, int n_new, int window = 0, bool wgmma = false) {
+// A prefill chunk of n_new tokens after ctx cached ones (one sequence). variant: of the wgmma kernel
+// (labelled "wgmma vN" when not 0).
+inline Case prefill(int ctx, int n_new, int window = 0, bool wgmma = false, int variant = -1) {
     Case c;
-    c.label = str("attn ", wgmma ? "wgmma " : "", "prefill B=1 ctx=", ctx, " new=", n_new, window ? " win" : "");
+    c.label = str("attn ", wgmma ? "wgmma " : "", variant > 0 ? str("v", variant, " ") : std::string(),
+                  "prefill B=1 ctx=", ctx, " new=", n_new, window ? " win" : "");
     c.wgmma = wgmma;
+    c.wgmma_variant = variant;
     c.page_size = 32;
     c.window = window;
     c.shuffle_pages = false;
@@ -352,31 +358,47 @@ inline std::vector<Case> cases() {
         t.push_back(c);
     }
 
-    // The wgmma prefill kernel (attention_prefill_wgmma.cu: items of 16 tokens = 128 query rows, key
-    // tiles of 128, a ring of 3 tiles): its tile edges, the prefill cases above, and gpt-oss shapes.
-    auto wg = [&](const char* name, Case c) {
-        c.wgmma = true;
-        edge(name, std::move(c));
-    };
-    wg("wgmma_less_than_one_item", {.seqs = {{0, 5}}});
-    wg("wgmma_one_item", {.seqs = {{0, 16}}});
-    wg("wgmma_one_item_and_one_token", {.seqs = {{0, 17}}});
-    wg("wgmma_one_key_tile", {.seqs = {{112, 16}}});
-    wg("wgmma_key_tile_plus_one", {.seqs = {{0, 129}}});
-    wg("wgmma_ring_wraps", {.seqs = {{0, 700}}});  // 6 key tiles: the 3-stage ring turns twice
-    wg("wgmma_continues_cached_prefix", {.seqs = {{200, 77}}});
-    wg("wgmma_long_cached_prefix", {.seqs = {{1000, 50}}});
-    wg("wgmma_sharp_softmax", {.q_scale = 8.0f, .seqs = {{300, 1}, {50, 20}}});
-    wg("wgmma_ragged_prefill_and_decode", {.seqs = {{0, 9}, {700, 1}, {37, 64}, {2, 1}, {129, 3}}});
-    wg("wgmma_page_size_32", {.page_size = 32, .seqs = {{95, 1}, {10, 40}}});
-    wg("wgmma_page_size_64", {.page_size = 64, .seqs = {{127, 1}, {64, 1}, {10, 130}}});
-    wg("wgmma_window_prefill_longer_than_window", {.window = 128, .seqs = {{0, 300}}});
-    wg("wgmma_window_chunk_over_ring", {.window = 128, .seqs = {{200, 150}, {130, 1}, {5, 7}}});
-    wg("wgmma_window_unaligned_chunk", {.window = 128, .seqs = {{130, 33}, {1000, 17}}});
-    wg("wgmma_window_refilled_by_replay", {.window = 128, .seqs = {{300, 1, 250}, {500, 100, 420}, {64, 1, 64}}});
-    for (auto [ctx, n, win] : {std::tuple{0, 1024, 0}, {0, 1024, 128}, {2048, 1024, 0}, {0, 8192, 0}, {0, 8192, 128},
-                               {24576, 8192, 0}, {0, 32768, 0}, {0, 32768, 128}})
-        t.push_back(prefill(ctx, n, win, /*wgmma=*/true));
+    // The wgmma prefill kernel (attention_prefill_wgmma.cu: items of 16 tokens = 128 query rows (24 in
+    // variant 4), key tiles of 128 (64 in variant 5), rings of 3 to 12 tiles), under every variant
+    // (kAttnWgmmaVariants; variant 0 keeps the names without a suffix): its tile edges, the prefill
+    // cases above, and gpt-oss shapes. Variants past 0 check the 1k shapes and leave the larger checked
+    // ones (2k + 1k, 8k window) to perf, so that one run of all of them stays short.
+    for (int v = 0; v < cuda::kAttnWgmmaVariantCount; ++v) {
+        const std::string sfx = v ? str("_v", v) : std::string();
+        auto wg = [&](const char* name, Case c) {
+            c.wgmma = true;
+            c.wgmma_variant = v;
+            const std::string full = str(name, sfx);
+            edge(full.c_str(), std::move(c));
+        };
+        wg("wgmma_less_than_one_item", {.seqs = {{0, 5}}});
+        wg("wgmma_one_item", {.seqs = {{0, 16}}});
+        wg("wgmma_one_item_and_one_token", {.seqs = {{0, 17}}});
+        wg("wgmma_three_consumer_item", {.seqs = {{0, 24}, {3, 25}}});  // variant 4's item and one more
+        wg("wgmma_one_key_tile", {.seqs = {{112, 16}}});
+        wg("wgmma_half_key_tile_plus_one", {.seqs = {{0, 65}}});  // variant 5's tile of 64 and one key
+        wg("wgmma_key_tile_plus_one", {.seqs = {{0, 129}}});
+        wg("wgmma_ring_wraps", {.seqs = {{0, 700}}});         // 6 key tiles: the 3-stage ring turns twice
+        wg("wgmma_deep_ring_wraps", {.seqs = {{1700, 40}}});  // 14 tiles (28 of 64): every ring wraps
+        wg("wgmma_continues_cached_prefix", {.seqs = {{200, 77}}});
+        wg("wgmma_long_cached_prefix", {.seqs = {{1000, 50}}});
+        wg("wgmma_sharp_softmax", {.q_scale = 8.0f, .seqs = {{300, 1}, {50, 20}}});
+        wg("wgmma_ragged_prefill_and_decode", {.seqs = {{0, 9}, {700, 1}, {37, 64}, {2, 1}, {129, 3}}});
+        wg("wgmma_page_size_32", {.page_size = 32, .seqs = {{95, 1}, {10, 40}}});
+        wg("wgmma_page_size_64", {.page_size = 64, .seqs = {{127, 1}, {64, 1}, {10, 130}}});
+        wg("wgmma_window_prefill_longer_than_window", {.window = 128, .seqs = {{0, 300}}});
+        wg("wgmma_window_chunk_over_ring", {.window = 128, .seqs = {{200, 150}, {130, 1}, {5, 7}}});
+        wg("wgmma_window_unaligned_chunk", {.window = 128, .seqs = {{130, 33}, {1000, 17}}});
+        wg("wgmma_window_refilled_by_replay", {.window = 128, .seqs = {{300, 1, 250}, {500, 100, 420}, {64, 1, 64}}});
+        // Several (item, KV head) units per persistent CTA: 600 units on 132 SMs, of unequal lengths.
+        wg("wgmma_many_units_per_cta", {.page_size = 32, .seqs = {{60, 1100}, {0, 33}}});
+        for (auto [ctx, n, win] : {std::tuple{0, 1024, 0}, {0, 1024, 128}, {2048, 1024, 0}, {0, 8192, 0},
+                                   {0, 8192, 128}, {24576, 8192, 0}, {0, 32768, 0}, {0, 32768, 128}}) {
+            Case c = prefill(ctx, n, win, /*wgmma=*/true, v);
+            if (v > 0 && (ctx > 0 || n > 1024)) c.use = Use::perf_only;
+            t.push_back(std::move(c));
+        }
+    }
 
     for (Case& c : t)
         if (c.use == Use::both && (flops_of(c) > 5e10 || cache_elems_of(c) > double(1 << 28))) c.use = Use::perf_only;

@@ -11,46 +11,52 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "attention_wgmma_emulated.h"
 #include "kernels/cpu/attention.h"
 
 namespace osprey::cuda {
 
-// The grid, one CTA after another, a std::thread per CUDA thread. skew: where the dynamic shared
-// memory starts past a 1024-byte boundary (the kernel aligns its tiles itself).
-void emu_attention_prefill_wgmma(const AttnArgs& a, const std::vector<AttnItem>& items, int skew) {
-    std::vector<uint8_t> mem(size_t(kSmemBytes) + skew + 2048);
+// The grid of variant V, one CTA after another, a std::thread per CUDA thread. skew: where the dynamic
+// shared memory starts past a 1024-byte boundary (the kernel aligns its tiles itself). sms: the SM
+// count the persistent variants size their grid by (small, so that a CTA loops over several units).
+template <int V>
+void emu_attention_prefill_wgmma(const AttnArgs& a, const std::vector<AttnItem>& items, int skew, int sms) {
+    using C = Cfg<V>;
+    std::vector<uint8_t> mem(size_t(C::kSmemBytes) + skew + 2048);
     uint8_t* window = mem.data() + (1024 - reinterpret_cast<uintptr_t>(mem.data()) % 1024) % 1024;
     g_smem_window = window;
-    g_smem_window_bytes = size_t(kSmemBytes) + skew;
+    g_smem_window_bytes = size_t(C::kSmemBytes) + skew;
     g_dyn_smem = window + skew;
     const int n_items = int(items.size());
-    for (int x = 0; x < n_items; ++x)
-        for (int y = 0; y < a.n_kv_heads; ++y) {
-            std::memset(window, 0xFF, g_smem_window_bytes);
-            sm90::g_mbars.clear();
-            sm90::emu_named_reset();
-            std::barrier<> block(kThreads);
-            std::vector<std::unique_ptr<std::barrier<>>> warps;
-            for (int w = 0; w < kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-            g_block = &block;
-            g_warp.clear();
-            for (auto& w : warps) g_warp.push_back(w.get());
-            g_slots.assign(kThreads / 32, Slot{});
-            sm90::g_wg_bar.clear();
-            for (int w = 0; w < kThreads / 128; ++w) sm90::g_wg_bar.push_back(std::make_unique<std::barrier<>>(128));
-            sm90::g_wg_slots.assign(kThreads / 128, {});
-            std::vector<std::thread> threads;
-            for (int t = 0; t < kThreads; ++t)
-                threads.emplace_back([&, t] {
-                    threadIdx.x = unsigned(t);
-                    blockIdx.x = unsigned(x);
-                    blockIdx.y = unsigned(y);
-                    attention_prefill_wgmma_kernel(a, items.data(), n_items);
-                });
-            for (auto& th : threads) th.join();
-        }
+    gridDim.x = unsigned(attention_wgmma_grid<V>(n_items * a.n_kv_heads, sms));
+    for (unsigned x = 0; x < gridDim.x; ++x) {
+        std::memset(window, 0xFF, g_smem_window_bytes);
+        sm90::g_mbars.clear();
+        sm90::emu_named_reset();
+        std::barrier<> block(C::kThreads);
+        std::vector<std::unique_ptr<std::barrier<>>> warps;
+        for (int w = 0; w < C::kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+        g_block = &block;
+        g_warp.clear();
+        for (auto& w : warps) g_warp.push_back(w.get());
+        g_slots.assign(C::kThreads / 32, Slot{});
+        sm90::g_wg_bar.clear();
+        for (int w = 0; w < C::kThreads / 128; ++w) sm90::g_wg_bar.push_back(std::make_unique<std::barrier<>>(128));
+        sm90::g_wg_slots.assign(C::kThreads / 128, {});
+        std::vector<std::thread> threads;
+        for (int t = 0; t < C::kThreads; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = unsigned(t);
+                blockIdx.x = x;
+                attention_prefill_wgmma_kernel<V>(a, items.data(), n_items);
+            });
+        for (auto& th : threads) th.join();
+        // Every named barrier must end balanced (no arrival left waiting for a partner).
+        for (const auto& b : sm90::g_named)
+            if (b.arrived != 0) emu_fail("a named barrier ended with pending arrivals");
+    }
 }
 
 }  // namespace osprey::cuda
@@ -77,18 +83,18 @@ struct Case {
 // test_attention_plan.cpp checks the real plan).
 std::vector<cuda::AttnItem> prefill_items(const std::vector<Seq>& seqs, const std::vector<int>& first_token,
                                           const std::vector<int>& slots, const std::vector<int>& page_offsets,
-                                          int window) {
+                                          int window, int item_tokens) {
     std::vector<cuda::AttnItem> items;
     for (size_t i = 0; i < seqs.size(); ++i) {
         const Seq& s = seqs[i];
-        for (int t = 0; t < s.n_tokens; t += cuda::kWgmmaPrefillTokens) {
+        for (int t = 0; t < s.n_tokens; t += item_tokens) {
             cuda::AttnItem it{};
             it.slice_first_token = first_token[i];
             it.slice_start_pos = s.start_pos;
             it.window_slot = slots[i];
             it.page_offset = page_offsets[i];
             it.q_token = first_token[i] + t;
-            it.n_q = std::min(cuda::kWgmmaPrefillTokens, s.n_tokens - t);
+            it.n_q = std::min(item_tokens, s.n_tokens - t);
             it.pos0 = s.start_pos + t;
             it.key_begin = std::max(s.first_key, window ? it.pos0 - window + 1 : 0);
             it.key_end = it.pos0 + it.n_q;
@@ -98,6 +104,7 @@ std::vector<cuda::AttnItem> prefill_items(const std::vector<Seq>& seqs, const st
     return items;
 }
 
+template <int V>
 void run(const Case& c, std::mt19937& rng, int skew) {
     const bool ring = c.window > 0;
     const int rows = ring ? c.window : c.page_size;
@@ -140,13 +147,14 @@ void run(const Case& c, std::mt19937& rng, int skew) {
         page_offsets.push_back(int(page_table.size()));
         page_table.insert(page_table.end(), pages[i].begin(), pages[i].end());
     }
-    const std::vector<cuda::AttnItem> items = prefill_items(c.seqs, first_token, slots, page_offsets, c.window);
+    const std::vector<cuda::AttnItem> items =
+        prefill_items(c.seqs, first_token, slots, page_offsets, c.window, cuda::wgmma_prefill_tokens(V));
     std::vector<bf16> out(size_t(n_tokens) * kNq * kD, bf16{0x7FC0});  // NaN
     const cuda::AttnArgs a{.out = out.data(), .ld_out = kNq * kD, .qkv = qkv.data(), .ld_qkv = kLd,
                            .k_cache = k_cache.data(), .v_cache = v_cache.data(), .rows = rows, .ring = ring,
                            .window = c.window, .page_table = page_table.data(), .sinks = sinks.data(),
                            .n_q_heads = kNq, .n_kv_heads = kNkv, .head_dim = kD};
-    cuda::emu_attention_prefill_wgmma(a, items, skew);
+    cuda::emu_attention_prefill_wgmma<V>(a, items, skew, /*sms=*/3);
 
     // Reference: the cache as [blocks, rows, n_kv * head_dim] f32, one call per sequence.
     std::vector<float> ck(cache_elems), cv(cache_elems), qkv_f(qkv.size()), sinks_f(kNq);
@@ -205,34 +213,59 @@ void run(const Case& c, std::mt19937& rng, int skew) {
         if (!(err <= worst)) worst = err, worst_i = i;
     }
     const size_t row = worst_i / (kNq * kD), col = worst_i % (kNq * kD);
-    std::printf("%s %s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
-                bad ? "FAIL" : "ok  ", c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
-                double(bf16_to_float(out[worst_i])), double(want_all[worst_i]), worst);
+    std::printf(
+        "%s v%d %s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
+        bad ? "FAIL" : "ok  ", V, c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
+        double(bf16_to_float(out[worst_i])), double(want_all[worst_i]), worst);
     if (bad) std::printf(", %zu of %zu bad", bad, out.size()), ++failures;
     std::printf("\n");
     std::fflush(stdout);
 }
 
+template <int V>
+void run_variant(const std::vector<Case>& cases, std::mt19937& rng) {
+    int skew = 0;
+    for (const Case& c : cases) {
+        run<V>(c, rng, skew);
+        skew = (skew + 48) % 1024;
+    }
+}
+
+// Runs variant v (a runtime number) of the ones in kV.
+template <int... kV>
+bool run_variant_numbered(int v, const std::vector<Case>& cases, std::mt19937& rng, std::integer_sequence<int, kV...>) {
+    return ((v == kV ? (run_variant<kV>(cases, rng), true) : false) || ...);
+}
+
 }  // namespace
 
+//   usage: emulate_attention_wgmma [seed [variant...]]   (no variants: all of them)
 int main(int argc, char** argv) {
     const unsigned seed = argc > 1 ? unsigned(std::atoi(argv[1])) : 1u;
+    std::vector<int> variants;
+    for (int i = 2; i < argc; ++i) variants.push_back(std::atoi(argv[i]));
+    if (variants.empty())
+        for (int v = 0; v < cuda::kAttnWgmmaVariantCount; ++v) variants.push_back(v);
     std::mt19937 rng(seed);
     const std::vector<Case> cases = {
         {.name = "less_than_one_item", .seqs = {{0, 5}}},
         {.name = "items_and_a_remainder", .seqs = {{0, 40}}},
         {.name = "cached_prefix_tile_edge", .seqs = {{100, 37}}},
         {.name = "ragged_batch", .seqs = {{0, 9}, {37, 64}, {129, 3}}},
-        {.name = "ring_turns", .seqs = {{400, 20}}},  // 4 key tiles: the 3-stage ring wraps
+        {.name = "ring_turns", .seqs = {{400, 20}}},  // 4 key tiles of 128 (7 of 64): the ring wraps
         {.name = "page_size_64_sharp", .page_size = 64, .q_scale = 8.0f, .seqs = {{10, 130}}},
         {.name = "window_longer_than_ring", .window = 128, .seqs = {{0, 200}}},
         {.name = "window_chunk_and_replay", .window = 128, .seqs = {{200, 40}, {500, 20, 420}, {5, 7}}},
+        {.name = "long_prefix_many_units", .seqs = {{1500, 70}, {0, 3}}},  // 12+ tiles per unit: deep rings wrap
     };
-    int skew = 0;
-    for (const Case& c : cases) {
-        run(c, rng, skew);
-        skew = (skew + 48) % 1024;
+    for (int v : variants) {
+        if (!run_variant_numbered(v, cases, rng, std::make_integer_sequence<int, cuda::kAttnWgmmaVariantCount>{})) {
+            std::printf("no variant %d\n", v);
+            return 2;
+        }
     }
-    std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
+    std::printf("%d of %d checks failed (seed %u, variants", failures, checks, seed);
+    for (int v : variants) std::printf(" %d", v);
+    std::printf(")\n");
     return failures ? 1 : 0;
 }

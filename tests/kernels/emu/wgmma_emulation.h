@@ -230,10 +230,21 @@ inline void emu_wgmma(float* d, const uint32_t* a_regs, uint64_t desc_a, uint64_
 inline void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
     emu_wgmma<128>(d, nullptr, desc_a, desc_b, accumulate, false);
 }
+inline void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
+    emu_wgmma<64>(d, nullptr, desc_a, desc_b, accumulate, false);
+}
 inline void wgmma_m64n64k16_rs_mn(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b, bool accumulate) {
     emu_wgmma<64>(d, a, 0, desc_b, accumulate, true);
 }
 inline float exp2_approx(float x) { return std::exp2(x); }
+template <int kRegs>
+inline void reg_dealloc() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
+}
+template <int kRegs>
+inline void reg_alloc() {
+    static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256);
+}
 
 }  // namespace sm90
 }  // namespace osprey::cuda
