@@ -33,7 +33,7 @@ AttnPrefillKernel attention_prefill_kernel_default() {
 int attention_wgmma_variant_default() {
     static const int v = [] {
         const char* s = std::getenv("OSPREY_ATTN_WGMMA_VARIANT");
-        if (!s || !*s) return 0;
+        if (!s || !*s) return kAttnWgmmaDefaultVariant;
         const int n = std::atoi(s);
         OSPREY_CHECK(n >= 0 && n < kAttnWgmmaVariantCount && std::string_view(s) == std::to_string(n),
                      "OSPREY_ATTN_WGMMA_VARIANT=", s, ": expected 0..", kAttnWgmmaVariantCount - 1);

@@ -43,8 +43,9 @@ inline constexpr int kMinKeysPerSplit = 64; // smallest KV split of a decode tok
 inline constexpr int kWgmmaPrefillTokens = 16;  // query tokens per prefill item of wgmma variant 0
 
 // Compile-time configurations ("variants") of the one wgmma prefill kernel (attention_prefill_wgmma.cu),
-// chosen at run time so that an H200 run can A/B them: $OSPREY_ATTN_WGMMA_VARIANT=<n> (default 0), or
-// per plan (plan_attention's wgmma_variant). docs/architecture.md says what each one is for.
+// chosen at run time so that an H200 run can A/B them: $OSPREY_ATTN_WGMMA_VARIANT=<n> (default
+// kAttnWgmmaDefaultVariant), or per plan (plan_attention's wgmma_variant). docs/architecture.md says what
+// each one is for.
 struct AttnWgmmaVariant {
     int consumers;      // consumer warpgroups of 64 query rows (8 tokens x 8 heads): items of 8 x consumers tokens
     int block_n;        // keys per K/V tile (128 or 64)
@@ -69,7 +70,14 @@ inline constexpr int kAttnWgmmaVariantCount = int(sizeof(kAttnWgmmaVariants) / s
 constexpr int wgmma_prefill_tokens(int v) {
     return kAttnWgmmaVariants[v].consumers * kAttnGroup;
 }
-// $OSPREY_ATTN_WGMMA_VARIANT (read once per process), 0 when unset; a value out of range is an error.
+// The default: variant 4 (three consumer warpgroups, items of 24 tokens), the fastest on every full-layer
+// and window shape but the 1k prompt without a prefix in its first H200 A/B (bench_attention, 2026-12-01):
+// new 8192 1338 us (52.0% of 790 TFLOP/s) against 1606 on v0; new 32768 20.3 ms (54.9%) against 23.8;
+// 24576 cached + 8192 new 15.0 ms against 19.8; window layers 8192 136 against 211 us; new 1024 57 against
+// 52 us (v1: 50).
+inline constexpr int kAttnWgmmaDefaultVariant = 4;
+// $OSPREY_ATTN_WGMMA_VARIANT (read once per process), kAttnWgmmaDefaultVariant when unset; a value out
+// of range is an error.
 int attention_wgmma_variant_default();
 
 // Which kernel runs the prefill items (the plan's item size depends on it):

@@ -452,16 +452,34 @@ MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts) {
     return MoeKernel::gemm;
 }
 
+// The wgmma configuration for a call that names none (`requested` < 0), by shape, from the variants'
+// H200 timings (bench_moe, 2026-12-01; docs/performance.md "Hopper tensor cores for prefill"):
+//   v3 (128 weight rows x 256 routed rows) for mlp1 from 1024 routed rows per expert: 20b at 8192 tokens
+//      2496 against 2761 us on v0 (mlp2 is slower on it: 1322 against 1226);
+//   v4 (256 x 64, 8 stages) below kMoeWgmmaMinRowsPerExpert rows per expert, which automatic sends to
+//      wgmma only for 128+ experts (120b at 1024 tokens, 32 rows per expert: 987 + 438 us against
+//      1275 + 544 on v0 and 2183 + 918 on gemm; narrow there ~1654 for both, an earlier run);
+//   v0 otherwise. $OSPREY_MOE_WGMMA_VARIANT, when set, applies to every call instead.
+static int wgmma_variant_for(int requested, bool mlp1, int n_tokens, int top_k, int n_experts) {
+    if (requested >= 0) return requested;
+    if (moe_wgmma_variant_from_env()) return moe_wgmma_default_variant();
+    const int64_t rows = int64_t(n_tokens) * top_k;
+    if (rows < int64_t(kMoeWgmmaMinRowsPerExpert) * n_experts) return 4;
+    if (mlp1 && rows >= int64_t(1024) * n_experts) return 3;
+    return 0;
+}
+
 // The kernel a call runs: `requested`, or for automatic the batch-shape choice, with gemm (and narrow
-// from kMoeWgmmaMinRowsPerExpert routed rows per expert) replaced by wgmma where the projection's widths
-// allow it, unless $OSPREY_MOE_WGMMA=0.
+// from kMoeWgmmaMinRowsPerExpert routed rows per expert, or from kMoeWgmmaMinRowsPerExpertMany with
+// kMoeWgmmaManyExperts or more experts) replaced by wgmma where the projection's widths allow it,
+// unless $OSPREY_MOE_WGMMA=0.
 static MoeKernel resolve_kind(MoeKernel requested, int n_tokens, int top_k, int n_experts, int n_in, int n_out,
                               int wgmma_variant) {
     if (requested != MoeKernel::automatic) return requested;
     const MoeKernel k = moe_choose_kernel(n_tokens, top_k, n_experts);
-    const bool wide = k == MoeKernel::gemm ||
-                      (k == MoeKernel::narrow &&
-                       int64_t(n_tokens) * top_k >= int64_t(kMoeWgmmaMinRowsPerExpert) * n_experts);
+    const int64_t rows = int64_t(n_tokens) * top_k;
+    const int min_rows = n_experts >= kMoeWgmmaManyExperts ? kMoeWgmmaMinRowsPerExpertMany : kMoeWgmmaMinRowsPerExpert;
+    const bool wide = k == MoeKernel::gemm || (k == MoeKernel::narrow && rows >= int64_t(min_rows) * n_experts);
     return wide && moe_wgmma_enabled() && moe_wgmma_supports(n_in, n_out, wgmma_variant) ? MoeKernel::wgmma : k;
 }
 
@@ -486,13 +504,14 @@ void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.x), a.u, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_model, 2 * a.d_ff, a.d_model / 32, a.swiglu_alpha, a.swiglu_limit};
-    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_model, 2 * a.d_ff, a.wgmma_variant);
+    const int variant = wgmma_variant_for(a.wgmma_variant, true, a.n_tokens, a.top_k, a.n_experts);
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_model, 2 * a.d_ff, variant);
     if (kind == MoeKernel::wgmma) {
         moe_wgmma_launch({.mlp1 = true, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.x,
                           .out = a.u, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
                           .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
                           .n_in = a.d_model, .n_out = 2 * a.d_ff, .swiglu_alpha = a.swiglu_alpha,
-                          .swiglu_limit = a.swiglu_limit, .variant = a.wgmma_variant},
+                          .swiglu_limit = a.swiglu_limit, .variant = variant},
                          stream);
         return;
     }
@@ -507,12 +526,13 @@ void moe_mlp2(const MoeMlp2Args& a, cudaStream_t stream) {
     const KernelArgs k{a.w.blocks, a.w.scales, reinterpret_cast<const __nv_bfloat16*>(a.w.bias),
                        reinterpret_cast<const __nv_bfloat16*>(a.u), a.y, a.expert_offsets, a.sorted_rows,
                        a.n_experts, a.top_k, a.d_ff, a.d_model, a.d_ff / 32, 0.0f, 0.0f};
-    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_ff, a.d_model, a.wgmma_variant);
+    const int variant = wgmma_variant_for(a.wgmma_variant, false, a.n_tokens, a.top_k, a.n_experts);
+    const MoeKernel kind = resolve_kind(a.kernel, a.n_tokens, a.top_k, a.n_experts, a.d_ff, a.d_model, variant);
     if (kind == MoeKernel::wgmma) {
         moe_wgmma_launch({.mlp1 = false, .blocks = a.w.blocks, .scales = a.w.scales, .bias = a.w.bias, .x = a.u,
                           .out = a.y, .expert_offsets = a.expert_offsets, .sorted_rows = a.sorted_rows,
                           .n_rows = a.n_tokens * a.top_k, .n_experts = a.n_experts, .top_k = a.top_k,
-                          .n_in = a.d_ff, .n_out = a.d_model, .variant = a.wgmma_variant},
+                          .n_in = a.d_ff, .n_out = a.d_model, .variant = variant},
                          stream);
         return;
     }

@@ -71,6 +71,11 @@ const char* moe_kernel_name(MoeKernel k);  // "auto", "gemv", "narrow", "gemm", 
 inline constexpr int kMoeGemvMaxRowsPerExpert = 4;
 inline constexpr int kMoeNarrowMaxRowsPerExpert = 128;
 inline constexpr int kMoeWgmmaMinRowsPerExpert = 64;  // automatic: wgmma instead of narrow from here
+// ... and from 32 with 128 or more experts (120b at 1024 tokens: wgmma v4 987 + 438 us, narrow ~1654).
+// At 8-16 rows per expert (decode batches 64-128) narrow stays: 20b 64 tokens 191 + 96 us against
+// wgmma 329 + 139; 120b 64 tokens 622 + 295 against 1073 + 477 (bench_moe, 2026-12-01).
+inline constexpr int kMoeWgmmaManyExperts = 128;
+inline constexpr int kMoeWgmmaMinRowsPerExpertMany = 32;
 MoeKernel moe_choose_kernel(int n_tokens, int top_k, int n_experts);
 
 // Column of intermediate unit j (0 <= j < d_ff) in u. moe_mlp1 stores each group of 8 units
@@ -95,7 +100,7 @@ struct MoeMlp1Args {
     float swiglu_alpha = 1.702f;
     float swiglu_limit = 7.0f;
     MoeKernel kernel = MoeKernel::automatic;
-    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: $OSPREY_MOE_WGMMA_VARIANT
+    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: by shape (or the env)
 };
 
 struct MoeMlp2Args {
@@ -110,7 +115,7 @@ struct MoeMlp2Args {
     int d_model = 0;                         // multiple of 16
     int d_ff = 0;                            // multiple of 64
     MoeKernel kernel = MoeKernel::automatic;
-    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: $OSPREY_MOE_WGMMA_VARIANT
+    int wgmma_variant = -1;                  // configuration of the wgmma kernel; -1: by shape (or the env)
 };
 
 void moe_mlp1(const MoeMlp1Args& a, cudaStream_t stream);

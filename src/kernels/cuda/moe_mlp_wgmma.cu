@@ -681,6 +681,14 @@ void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
 
 int moe_wgmma_variants() { return moe_wgmma::kVariants; }
 
+bool moe_wgmma_variant_from_env() {
+    static const bool set = [] {
+        const char* v = std::getenv("OSPREY_MOE_WGMMA_VARIANT");
+        return v != nullptr && *v != '\0';
+    }();
+    return set;
+}
+
 int moe_wgmma_default_variant() {
     static const int variant = [] {
         const char* v = std::getenv("OSPREY_MOE_WGMMA_VARIANT");

@@ -37,13 +37,15 @@ struct MoeWgmmaProblem {
 int moe_wgmma_variants();
 // $OSPREY_MOE_WGMMA_VARIANT (read once; 0 when unset; anything else than 0 .. variants - 1 throws).
 int moe_wgmma_default_variant();
+// Whether $OSPREY_MOE_WGMMA_VARIANT is set (then it overrides the automatic per-shape choice).
+bool moe_wgmma_variant_from_env();
 
 // Whether the wgmma kernel (`variant`, -1: the default) takes this projection shape (n_in, n_out
 // multiples of 64; the per-tile scale buffers fit in shared memory). The caller falls back to the
 // mma.sync kernel otherwise.
 bool moe_wgmma_supports(int n_in, int n_out, int variant = -1);
 
-// $OSPREY_MOE_WGMMA=1: MoeKernel::automatic takes wgmma where it would take gemm (read once).
+// MoeKernel::automatic may take wgmma unless $OSPREY_MOE_WGMMA=0 (read once).
 bool moe_wgmma_enabled();
 
 void moe_wgmma_launch(const MoeWgmmaProblem& p, cudaStream_t stream);
