@@ -44,6 +44,16 @@ std::string resolve_backend(const std::string& name) {
     return name == "auto" && built_with_cuda() && have_gpu() ? "cuda" : "cpu";
 }
 
+std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner) {
+    if (auto* cpu = dynamic_cast<model::CpuReference*>(&runner))
+        return [cpu](model::DumpFn fn) { cpu->set_dump(std::move(fn)); };
+#ifdef OSPREY_HAVE_CUDA
+    if (auto* cuda = dynamic_cast<model::CudaRunner*>(&runner))
+        return [cuda](model::DumpFn fn) { cuda->set_dump(std::move(fn)); };
+#endif
+    return nullptr;
+}
+
 void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
     const std::string weights_flag =
         o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");

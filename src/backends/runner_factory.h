@@ -5,12 +5,14 @@
 //   cuda  the CUDA backend (model/cuda/gpt_oss_cuda.h); an error when it was not built
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "model/parallel_layout.h"
 #include "model/runner.h"
+#include "model/gpt_oss_ref.h"
 #include "model/kv_spec.h"
 #include "model/weight_convert.h"
 #include "model/weights.h"
@@ -56,6 +58,10 @@ struct Runner {
 };
 
 Runner make_runner(model::Weights weights, const RunnerOptions& options);
+
+// A setter for `runner`'s intermediate dump (the CPU reference's or the single-GPU CUDA runner's
+// set_dump), for layer-by-layer comparisons (model/format_accuracy.h); null for other runners.
+std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner);
 
 // Throws naming the option when the CUDA backend cannot run these weights or this KV dtype yet
 // (FP8 or BF16 expert/dense formats, an FP8 KV cache: CPU backend only so far, docs/fp8.md).
