@@ -58,7 +58,8 @@ void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
     const std::string weights_flag =
         o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");
     for (const model::LayerWeights& L : w.layers)
-        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4 && L.attention_format() == model::WeightFormat::bf16,
+        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4 &&
+                         L.attention_format() == model::WeightFormat::bf16,
                      weights_flag, " (", w.formats(), "): not yet on the GPU; the CUDA backend runs the published "
                      "formats (MXFP4 experts, BF16 dense weights). Use --backend cpu, or --weights mxfp4 with the "
                      "published checkpoint");

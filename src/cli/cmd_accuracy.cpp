@@ -31,9 +31,20 @@ constexpr const char* kHelp =
 
 int run_accuracy(const std::vector<std::string>& argv) {
     using namespace osprey;
-    std::vector<std::string> flags = {"model",        "backend",           "threads", "base-weights", "base-kv-cache-dtype",
-                                      "positions",    "chunk",             "prompt-tokens", "greedy", "seed",
-                                      "out",          "max-kl",            "min-top1", "min-greedy-prefix",
+    std::vector<std::string> flags = {"model",
+                                      "backend",
+                                      "threads",
+                                      "base-weights",
+                                      "base-kv-cache-dtype",
+                                      "positions",
+                                      "chunk",
+                                      "prompt-tokens",
+                                      "greedy",
+                                      "seed",
+                                      "out",
+                                      "max-kl",
+                                      "min-top1",
+                                      "min-greedy-prefix",
                                       "max-layer-error"};
     flags.insert(flags.end(), cli::format_flag_names().begin(), cli::format_flag_names().end());
     const cli::Args args(argv, flags, {"help"});
@@ -41,8 +52,8 @@ int run_accuracy(const std::vector<std::string>& argv) {
         std::fputs(kHelp, stdout);
         return 0;
     }
-    OSPREY_CHECK(args.positional().empty(), "unexpected argument '", args.positional().empty() ? "" : args.positional()[0],
-                 "'");
+    OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
+                 args.positional().empty() ? "" : args.positional()[0], "'");
     const std::filesystem::path dir = cli::model_dir_flag(args);
     const long long threads = args.get_int("threads", 0);
     OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
@@ -64,7 +75,8 @@ int run_accuracy(const std::vector<std::string>& argv) {
                                  .max_logit_rows = o.chunk,
                                  .max_slices = 2};
     backends::RunnerOptions cand = base;
-    if (args.has("base-weights")) base.weights_format = model::parse_weight_format(args.get("base-weights"), "--base-weights");
+    if (args.has("base-weights"))
+        base.weights_format = model::parse_weight_format(args.get("base-weights"), "--base-weights");
     if (args.has("base-kv-cache-dtype"))
         base.kv_dtype = model::parse_kv_dtype(args.get("base-kv-cache-dtype"), "--base-kv-cache-dtype");
     cli::format_flags(args, cand);
@@ -74,8 +86,8 @@ int run_accuracy(const std::vector<std::string>& argv) {
     std::printf("baseline: %s%s\ncandidate: %s\n", rb.runner->name().c_str(),
                 cli::format_summary(base).empty() ? "" : (", " + cli::format_summary(base)).c_str(),
                 (rc.runner->name() + ", " + cli::format_summary(cand)).c_str());
-    const model::AccuracyReport r =
-        model::compare_formats(*rb.runner, *rc.runner, o, backends::dump_hook(*rb.runner), backends::dump_hook(*rc.runner));
+    const model::AccuracyReport r = model::compare_formats(*rb.runner, *rc.runner, o, backends::dump_hook(*rb.runner),
+                                                           backends::dump_hook(*rc.runner));
     std::fputs(r.table().c_str(), stdout);
     if (args.has("out")) {
         std::ofstream f(args.get("out"));
@@ -87,9 +99,11 @@ int run_accuracy(const std::vector<std::string>& argv) {
         if (!holds) std::printf("BOUND BROKEN: %s\n", what.c_str());
         ok = ok && holds;
     };
-    if (args.has("max-kl")) bound(r.mean_kl <= args.get_double("max-kl", 0), str("mean KL ", r.mean_kl, " > ", args.get("max-kl")));
+    if (args.has("max-kl"))
+        bound(r.mean_kl <= args.get_double("max-kl", 0), str("mean KL ", r.mean_kl, " > ", args.get("max-kl")));
     if (args.has("min-top1"))
-        bound(r.top1_agreement >= args.get_double("min-top1", 0), str("top-1 agreement ", r.top1_agreement, " < ", args.get("min-top1")));
+        bound(r.top1_agreement >= args.get_double("min-top1", 0),
+              str("top-1 agreement ", r.top1_agreement, " < ", args.get("min-top1")));
     if (args.has("min-greedy-prefix"))
         bound(r.greedy_common_prefix >= args.get_int("min-greedy-prefix", 0),
               str("greedy common prefix ", r.greedy_common_prefix, " < ", args.get("min-greedy-prefix")));

@@ -30,8 +30,8 @@ int run_convert(const std::vector<std::string>& argv) {
         std::fputs(kHelp, stdout);
         return 0;
     }
-    OSPREY_CHECK(args.positional().empty(), "unexpected argument '", args.positional().empty() ? "" : args.positional()[0],
-                 "'");
+    OSPREY_CHECK(args.positional().empty(), "unexpected argument '",
+                 args.positional().empty() ? "" : args.positional()[0], "'");
     OSPREY_CHECK(args.get("to", "fp8") == "fp8", "--to: only fp8 is supported, got '", args.get("to"), "'");
     OSPREY_CHECK(args.has("model") && args.has("out"), "--model IN and --out OUT are required");
     model::ConvertOptions o;

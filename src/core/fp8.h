@@ -15,13 +15,15 @@
 
 namespace osprey::fp8 {
 
-inline constexpr float kE4m3Max = 448.0f;   // largest finite e4m3fn magnitude
+inline constexpr float kE4m3Max = 448.0f;      // largest finite e4m3fn magnitude
 inline constexpr uint8_t kE4m3MaxCode = 0x7E;  // +448
 inline constexpr uint8_t kE4m3NanCode = 0x7F;
-inline constexpr int kBlock = 128;          // weight block side (weight_block_size [128, 128])
+inline constexpr int kBlock = 128;  // weight block side (weight_block_size [128, 128])
 
 // Number of blocks of kBlock along a side of n elements (the last may be partial).
-inline constexpr int64_t n_blocks(int64_t n) { return (n + kBlock - 1) / kBlock; }
+inline constexpr int64_t n_blocks(int64_t n) {
+    return (n + kBlock - 1) / kBlock;
+}
 
 // Exact value of every code (NaN codes decode to NaN).
 inline float e4m3_to_float(uint8_t code) {
@@ -64,10 +66,14 @@ inline uint8_t float_to_e4m3(float x) {
 
 // The dequantisation multiplier of a block whose largest magnitude is amax (amax / 448, or 1 when
 // the block is all zeros so that it stays exactly zero).
-inline float block_scale_inv(float amax) { return amax > 0.0f ? amax / kE4m3Max : 1.0f; }
+inline float block_scale_inv(float amax) {
+    return amax > 0.0f ? amax / kE4m3Max : 1.0f;
+}
 
 // Quantises one value with its block's multiplier: q = e4m3(v / scale_inv).
-inline uint8_t quantize(float v, float scale_inv) { return float_to_e4m3(v / scale_inv); }
+inline uint8_t quantize(float v, float scale_inv) {
+    return float_to_e4m3(v / scale_inv);
+}
 
 // Quantises one band of a matrix: `band_rows` (<= 128) consecutive rows that share a row of blocks.
 // band: [band_rows, cols] values; q: [band_rows, cols] codes; scale_inv: [n_blocks(cols)] multipliers,

@@ -72,9 +72,8 @@ std::vector<std::vector<int>> topk_sets(const std::vector<float>& logits, int n_
     for (int r = 0; r < rows; ++r) {
         const float* x = logits.data() + size_t(r) * n_experts;
         std::iota(ids.begin(), ids.end(), 0);
-        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int a, int b) {
-            return x[a] > x[b] || (x[a] == x[b] && a < b);
-        });
+        std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                          [&](int a, int b) { return x[a] > x[b] || (x[a] == x[b] && a < b); });
         out[size_t(r)].assign(ids.begin(), ids.begin() + k);
         std::sort(out[size_t(r)].begin(), out[size_t(r)].end());
     }
@@ -104,8 +103,9 @@ std::string AccuracyReport::table() const {
                       (long long)routing_flips, (long long)routing_total);
         s += line;
     }
-    std::snprintf(line, sizeof line, "next token over %d positions: mean KL %.3e nats, max KL %.3e, top-1 agreement %.4f\n",
-                  positions, mean_kl, max_kl, top1_agreement);
+    std::snprintf(line, sizeof line,
+                  "next token over %d positions: mean KL %.3e nats, max KL %.3e, top-1 agreement %.4f\n", positions,
+                  mean_kl, max_kl, top1_agreement);
     s += line;
     std::snprintf(line, sizeof line, "greedy over %d tokens: %d equal before the first difference, agreement %.4f\n",
                   greedy_tokens, greedy_common_prefix, greedy_agreement);
@@ -214,15 +214,17 @@ AccuracyReport compare_formats(ModelRunner& base, ModelRunner& cand, const Accur
     r.top1_agreement = double(agree) / o.positions;
     // Steps in model order: layers ascending, the embedding first and the logits last.
     for (const auto& [key, s] : sums)
-        if (key.first != "embedding") r.steps.push_back({key.first, key.second, s.second > 0 ? std::sqrt(s.first / s.second) : 0.0});
-    static const std::vector<std::string> order = {"attn_norm", "q",   "k",     "v",   "attn", "attn_out",
-                                                   "resid_attn", "mlp_norm", "router_logits", "moe", "resid_mlp",
-                                                   "final_norm", "logits"};
+        if (key.first != "embedding")
+            r.steps.push_back({key.first, key.second, s.second > 0 ? std::sqrt(s.first / s.second) : 0.0});
+    static const std::vector<std::string> order = {
+        "attn_norm",     "q",   "k",         "v",          "attn",  "attn_out", "resid_attn", "mlp_norm",
+        "router_logits", "moe", "resid_mlp", "final_norm", "logits"};
     auto rank = [](const StepError& e) {
         const auto it = std::find(order.begin(), order.end(), e.step);
         return std::pair{e.layer < 0 ? 1 << 20 : e.layer, int(it - order.begin())};
     };
-    std::sort(r.steps.begin(), r.steps.end(), [&](const StepError& a, const StepError& b) { return rank(a) < rank(b); });
+    std::sort(r.steps.begin(), r.steps.end(),
+              [&](const StepError& a, const StepError& b) { return rank(a) < rank(b); });
 
     // Greedy: each runner continues the first prompt_tokens tokens with its own argmax.
     r.greedy_tokens = o.greedy_tokens;

@@ -52,8 +52,8 @@ std::vector<float> to_floats(const TensorView& t) {
 // Matrix `mat` of an FP8 weight (or stack [n_mats, rows, cols]) as a kernel window starting at
 // (row0, col0); the block multipliers stay those of the whole matrix.
 cpu::Fp8Matrix fp8_window(const TensorView& w, const TensorView& scale, size_t mat, size_t row0, size_t col0) {
-    OSPREY_CHECK(w.dtype == DType::fp8_e4m3 && scale.dtype == DType::f32, w.name, ": expected fp8 with f32 scales, got ",
-                 w.describe(), " and ", scale.describe());
+    OSPREY_CHECK(w.dtype == DType::fp8_e4m3 && scale.dtype == DType::f32, w.name,
+                 ": expected fp8 with f32 scales, got ", w.describe(), " and ", scale.describe());
     const int64_t rows = w.shape[w.shape.size() - 2], cols = w.shape.back();
     return {.data = w.as<uint8_t>() + int64_t(mat) * rows * cols,
             .scale_inv = scale.as<float>() + int64_t(mat) * fp8::n_blocks(rows) * fp8::n_blocks(cols),

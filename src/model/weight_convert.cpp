@@ -62,7 +62,9 @@ WeightFormat parse_weight_format(std::string_view name, std::string_view flag) {
 
 // ---- matrix sources ---------------------------------------------------------------------------
 
-int64_t MatrixSource::bands_per_mat() const { return fp8::n_blocks(rows); }
+int64_t MatrixSource::bands_per_mat() const {
+    return fp8::n_blocks(rows);
+}
 
 MatrixSource linear_source(const TensorView& w, const TensorView& scale) {
     OSPREY_CHECK(w.shape.size() == 2 || w.shape.size() == 3, w.name, ": expected a matrix, got ", w.describe());
@@ -156,7 +158,8 @@ void to_fp8(Weights& w, const MatrixSource& src, bool stacked, const std::string
                           reinterpret_cast<float*>(s.data()) + band * cb, scratch);
         }
     });
-    view = own(w, std::move(q), name + " (fp8 at load)", DType::fp8_e4m3, stack_shape(src, src.rows, src.cols, stacked));
+    view =
+        own(w, std::move(q), name + " (fp8 at load)", DType::fp8_e4m3, stack_shape(src, src.rows, src.cols, stacked));
     scale = own(w, std::move(s), name + " (fp8 block scales at load)", DType::f32,
                 stack_shape(src, src.bands_per_mat(), cb, stacked));
 }
@@ -176,8 +179,7 @@ TensorView to_bf16(Weights& w, const MatrixSource& src, bool stacked, const std:
 }
 
 // One dense linear weight (q/k/v/o, unembedding) in `format`.
-void convert_linear(Weights& w, TensorView& view, TensorView& scale, WeightFormat format, bool part,
-                    ThreadPool& pool) {
+void convert_linear(Weights& w, TensorView& view, TensorView& scale, WeightFormat format, bool part, ThreadPool& pool) {
     const bool is_fp8 = view.dtype == DType::fp8_e4m3;
     if (format == WeightFormat::fp8 && part && !is_fp8) {
         to_fp8(w, linear_source(view), false, view.name, view, scale, pool);
@@ -190,10 +192,10 @@ void convert_linear(Weights& w, TensorView& view, TensorView& scale, WeightForma
 void convert_experts(Weights& w, LayerWeights& L, WeightFormat format, bool part, ThreadPool& pool) {
     const WeightFormat now = L.experts_format();
     if (format == WeightFormat::mxfp4 || now == format || (format == WeightFormat::fp8 && !part)) return;
-    const MatrixSource s1 = now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp1_blocks, L.mlp1_scales)
-                                                       : linear_source(L.mlp1_w, L.mlp1_scale);
-    const MatrixSource s2 = now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp2_blocks, L.mlp2_scales)
-                                                       : linear_source(L.mlp2_w, L.mlp2_scale);
+    const MatrixSource s1 =
+        now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp1_blocks, L.mlp1_scales) : linear_source(L.mlp1_w, L.mlp1_scale);
+    const MatrixSource s2 =
+        now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp2_blocks, L.mlp2_scales) : linear_source(L.mlp2_w, L.mlp2_scale);
     const std::string n1 = now == WeightFormat::mxfp4 ? L.mlp1_blocks.name : L.mlp1_w.name;
     const std::string n2 = now == WeightFormat::mxfp4 ? L.mlp2_blocks.name : L.mlp2_w.name;
     TensorView w1, sc1, w2, sc2;
@@ -243,8 +245,8 @@ namespace {
 struct Planned {
     io::TensorSpec spec;
     enum class Kind { copy, fp8_codes, fp8_scales } kind = Kind::copy;
-    TensorView view;    // copy: the input tensor
-    MatrixSource src;   // fp8_*: the matrix to quantise
+    TensorView view;   // copy: the input tensor
+    MatrixSource src;  // fp8_*: the matrix to quantise
 };
 
 void write_text(const fs::path& p, const std::string& text) {
@@ -301,11 +303,13 @@ public:
     // `src` quantised: `name` (codes) and `scale_name` (multipliers).
     void fp8(const std::string& name, const std::string& scale_name, const MatrixSource& src, bool stacked) {
         const int64_t rb = src.bands_per_mat(), cb = fp8::n_blocks(src.cols);
-        std::vector<int64_t> shape = stacked ? std::vector<int64_t>{src.n_mats, src.rows, src.cols}
-                                             : std::vector<int64_t>{src.rows, src.cols};
+        std::vector<int64_t> shape =
+            stacked ? std::vector<int64_t>{src.n_mats, src.rows, src.cols} : std::vector<int64_t>{src.rows, src.cols};
         std::vector<int64_t> sshape = stacked ? std::vector<int64_t>{src.n_mats, rb, cb} : std::vector<int64_t>{rb, cb};
-        out_.push_back({.spec = {name, DType::fp8_e4m3, shape}, .kind = Planned::Kind::fp8_codes, .view = {}, .src = src});
-        out_.push_back({.spec = {scale_name, DType::f32, sshape}, .kind = Planned::Kind::fp8_scales, .view = {}, .src = src});
+        out_.push_back(
+            {.spec = {name, DType::fp8_e4m3, shape}, .kind = Planned::Kind::fp8_codes, .view = {}, .src = src});
+        out_.push_back(
+            {.spec = {scale_name, DType::f32, sshape}, .kind = Planned::Kind::fp8_scales, .view = {}, .src = src});
     }
     // A dense linear: FP8 when converted (or already FP8), else as stored.
     void linear(const std::string& prefix, const TensorView& w, const TensorView& scale, bool convert) {
@@ -349,7 +353,8 @@ std::vector<Planned> plan_fp8(const Weights& w, const Fp8Parts& parts) {
                 if (parts.experts) {
                     p.fp8(e + "gate_up_proj", e + "gate_up_proj_scales_inv", mxfp4_source(L.mlp1_blocks, L.mlp1_scales),
                           true);
-                    p.fp8(e + "down_proj", e + "down_proj_scales_inv", mxfp4_source(L.mlp2_blocks, L.mlp2_scales), true);
+                    p.fp8(e + "down_proj", e + "down_proj_scales_inv", mxfp4_source(L.mlp2_blocks, L.mlp2_scales),
+                          true);
                 } else {
                     p.copy(e + "gate_up_proj_blocks", L.mlp1_blocks);
                     p.copy(e + "gate_up_proj_scales", L.mlp1_scales);
@@ -388,7 +393,8 @@ json::Value fp8_config(const Weights& w, const Fp8Parts& parts) {
     const fs::path hf_config = w.dir / "config.json";
     if (w.layout == Layout::hf && fs::is_regular_file(hf_config)) c = json::parse(read_file(hf_config));
     json::Array not_converted{json::Value("model.embed_tokens"), json::Value("model.layers.*.mlp.router")};
-    const bool attention = parts.attention || (!w.layers.empty() && w.layers[0].attention_format() == WeightFormat::fp8);
+    const bool attention =
+        parts.attention || (!w.layers.empty() && w.layers[0].attention_format() == WeightFormat::fp8);
     const bool experts = parts.experts || (!w.layers.empty() && w.layers[0].experts_format() == WeightFormat::fp8);
     const bool unembedding = parts.unembedding || w.unembedding_format() == WeightFormat::fp8;
     if (!attention) not_converted.emplace_back("model.layers.*.self_attn");
@@ -441,16 +447,16 @@ ConvertResult write_fp8_checkpoint(const ConvertOptions& o) {
         }
         const std::vector<size_t>& members = shards[s];
         log::info("convert: writing ", (o.out / file).string(), " (", specs.size(), " tensors)");
-        result.bytes += io::write_safetensors(
-            o.out / file, specs, {{"format", "pt"}},
-            [&](size_t index, uint64_t offset, uint8_t* out, size_t n) {
-                const Planned& p = plan[members[index]];
-                if (p.kind == Planned::Kind::copy)
-                    std::memcpy(out, static_cast<const uint8_t*>(p.view.data) + offset, n);
-                else
-                    fill_fp8(p, offset, out, n);
-            },
-            {.threads = o.threads});
+        result.bytes +=
+            io::write_safetensors(o.out / file, specs, {{"format", "pt"}},
+                                  [&](size_t index, uint64_t offset, uint8_t* out, size_t n) {
+                                      const Planned& p = plan[members[index]];
+                                      if (p.kind == Planned::Kind::copy)
+                                          std::memcpy(out, static_cast<const uint8_t*>(p.view.data) + offset, n);
+                                      else
+                                          fill_fp8(p, offset, out, n);
+                                  },
+                                  {.threads = o.threads});
         result.files.push_back(o.out / file);
     }
     // Shards of an earlier run with another shard count would be picked up by globbing loaders.

@@ -2,11 +2,11 @@
 // at shapes from the 128-block constant (one block, several, a partial one, less than one, gpt-oss's
 // 2880 = 22.5 blocks) and windows that start inside a block (tensor-parallel slices); and attention
 // over an FP8 KV cache equal to attention over an FP32 cache holding the decoded rows.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "core/fp8.h"
 #include "kernels/cpu/attention.h"
@@ -16,9 +16,9 @@ namespace osprey::cpu {
 namespace {
 
 struct Quantised {
-    std::vector<uint8_t> q;      // [rows, cols]
-    std::vector<float> scale;    // [nb(rows), nb(cols)]
-    std::vector<float> dense;    // [rows, cols] the original values
+    std::vector<uint8_t> q;    // [rows, cols]
+    std::vector<float> scale;  // [nb(rows), nb(cols)]
+    std::vector<float> dense;  // [rows, cols] the original values
 };
 
 Quantised quantise(int rows, int cols, uint32_t seed) {
@@ -65,12 +65,24 @@ void check(int rows, int cols, int n_rows, int row0, int col0, int n_out, int n_
                            << ", window " << row0 << "," << col0 << " " << n_out << "x" << n_in << ")";
 }
 
-TEST(cpu_fp8_matmul, one_block) { check(128, 128, 3, 0, 0, 128, 128); }
-TEST(cpu_fp8_matmul, several_blocks) { check(384, 512, 2, 0, 0, 384, 512); }
-TEST(cpu_fp8_matmul, partial_block) { check(200, 2880, 2, 0, 0, 200, 2880); }
-TEST(cpu_fp8_matmul, less_than_one_block) { check(64, 100, 5, 0, 0, 64, 100); }
-TEST(cpu_fp8_matmul, window_inside_blocks) { check(300, 2880, 3, 96, 1440, 150, 1440); }
-TEST(cpu_fp8_matmul, gpt_oss_down_projection_columns) { check(2880, 2880, 1, 0, 1408, 2880, 1472); }
+TEST(cpu_fp8_matmul, one_block) {
+    check(128, 128, 3, 0, 0, 128, 128);
+}
+TEST(cpu_fp8_matmul, several_blocks) {
+    check(384, 512, 2, 0, 0, 384, 512);
+}
+TEST(cpu_fp8_matmul, partial_block) {
+    check(200, 2880, 2, 0, 0, 200, 2880);
+}
+TEST(cpu_fp8_matmul, less_than_one_block) {
+    check(64, 100, 5, 0, 0, 64, 100);
+}
+TEST(cpu_fp8_matmul, window_inside_blocks) {
+    check(300, 2880, 3, 96, 1440, 150, 1440);
+}
+TEST(cpu_fp8_matmul, gpt_oss_down_projection_columns) {
+    check(2880, 2880, 1, 0, 1408, 2880, 1472);
+}
 
 TEST(cpu_fp8_quantise, partial_block_error_is_half_an_e4m3_step) {
     const Quantised m = quantise(130, 2880, 9);  // last row band of 2 rows, last column block of 64
@@ -108,15 +120,29 @@ TEST(cpu_attention, fp8_cache_equals_f32_cache_of_the_decoded_rows) {
     const std::vector<int32_t> page_table = {2, 0, 1}, positions = {19, 20};
     std::vector<float> out8(q.size()), out32(q.size());
     for (bool fp8 : {true, false}) {
-        KvSource kv{.blocks = page_table, .block_rows = rows, .n_cached = n_cached, .fresh_k = fresh.data(),
-                    .fresh_v = fresh.data(), .fresh_stride = width, .n_fresh = n_fresh};
+        KvSource kv{.blocks = page_table,
+                    .block_rows = rows,
+                    .n_cached = n_cached,
+                    .fresh_k = fresh.data(),
+                    .fresh_v = fresh.data(),
+                    .fresh_stride = width,
+                    .n_fresh = n_fresh};
         if (fp8) {
-            kv.cache_k8 = k8.data(), kv.cache_v8 = v8.data(), kv.cache_k_scale = ks.data(), kv.cache_v_scale = vs.data();
+            kv.cache_k8 = k8.data(), kv.cache_v8 = v8.data(), kv.cache_k_scale = ks.data(),
+            kv.cache_v_scale = vs.data();
         } else {
             kv.cache_k = k32.data(), kv.cache_v = v32.data();
         }
-        attention_sinks({.out = fp8 ? out8 : out32, .q = q, .positions = positions, .sinks = sinks, .kv = kv,
-                         .n_heads = heads, .n_kv_heads = kv_heads, .head_dim = d, .window = 0, .scale = 0.125f});
+        attention_sinks({.out = fp8 ? out8 : out32,
+                         .q = q,
+                         .positions = positions,
+                         .sinks = sinks,
+                         .kv = kv,
+                         .n_heads = heads,
+                         .n_kv_heads = kv_heads,
+                         .head_dim = d,
+                         .window = 0,
+                         .scale = 0.125f});
     }
     EXPECT_EQ(out8, out32);
 }

@@ -3,14 +3,13 @@
 // agreeing byte for byte with the converter, the three --weights modes and the FP8 KV cache through
 // the CPU reference (prefill, decode, pages and rings, tensor parallel windows), and the accuracy
 // comparison with bounds set per architecture.md "Comparing implementations on random weights".
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-
-#include <gtest/gtest.h>
 
 #include "core/check.h"
 #include "core/file.h"
@@ -41,7 +40,9 @@ Config fp8_config() {
     return c;
 }
 
-fs::path published() { return test::synthetic_checkpoint("fp8-published", fp8_config(), 11); }
+fs::path published() {
+    return test::synthetic_checkpoint("fp8-published", fp8_config(), 11);
+}
 
 fs::path converted(const std::string& name = "all", const Fp8Parts& parts = {}) {
     static std::map<std::string, fs::path> made;
@@ -91,7 +92,8 @@ std::vector<uint8_t> bytes(const TensorView& v) {
 
 double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
     double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); ++i) num = std::max(num, double(std::fabs(a[i] - b[i]))), den = std::max(den, double(std::fabs(a[i])));
+    for (size_t i = 0; i < a.size(); ++i)
+        num = std::max(num, double(std::fabs(a[i] - b[i]))), den = std::max(den, double(std::fabs(a[i])));
     return num / den;
 }
 
@@ -107,9 +109,9 @@ TEST(fp8_codec, every_code_round_trips_and_rounding_is_to_nearest_even) {
     EXPECT_EQ(fp8::e4m3_to_float(0x7E), 448.0f);
     EXPECT_EQ(fp8::e4m3_to_float(0x01), 0x1p-9f);  // smallest subnormal
     EXPECT_EQ(fp8::e4m3_to_float(0x38), 1.0f);
-    EXPECT_EQ(fp8::float_to_e4m3(1.0625f), 0x38);   // tie between 1 and 1.125: even mantissa
-    EXPECT_EQ(fp8::float_to_e4m3(1.1875f), 0x3A);   // tie between 1.125 and 1.25: even mantissa
-    EXPECT_EQ(fp8::float_to_e4m3(1000.0f), 0x7E);   // saturates
+    EXPECT_EQ(fp8::float_to_e4m3(1.0625f), 0x38);  // tie between 1 and 1.125: even mantissa
+    EXPECT_EQ(fp8::float_to_e4m3(1.1875f), 0x3A);  // tie between 1.125 and 1.25: even mantissa
+    EXPECT_EQ(fp8::float_to_e4m3(1000.0f), 0x7E);  // saturates
     EXPECT_EQ(fp8::float_to_e4m3(-1000.0f), 0xFE);
     EXPECT_EQ(fp8::float_to_e4m3(0x1p-11f), 0x00);  // below half the smallest subnormal
     EXPECT_EQ(fp8::float_to_e4m3(0.0155f), 0x08);   // rounds up out of the subnormals to 2^-6
@@ -164,7 +166,8 @@ TEST(fp8_checkpoint, partial_blocks_scale_over_their_real_elements_and_round_to_
         mxfp4::decode_row(M.mlp2_blocks.as<uint8_t>() + at * 16, M.mlp2_scales.as<uint8_t>() + at, I, row.data());
         dense[size_t(r)] = row;
         for (int col = 0; col < I; ++col)
-            amax[size_t((r / 128) * cb + col / 128)] = std::fmax(amax[size_t((r / 128) * cb + col / 128)], std::fabs(row[size_t(col)]));
+            amax[size_t((r / 128) * cb + col / 128)] =
+                std::fmax(amax[size_t((r / 128) * cb + col / 128)], std::fabs(row[size_t(col)]));
     }
     const float* scale = L.mlp2_scale.as<float>() + e * rb * cb;
     const uint8_t* q = L.mlp2_w.as<uint8_t>() + int64_t(e) * H * I;
@@ -172,7 +175,8 @@ TEST(fp8_checkpoint, partial_blocks_scale_over_their_real_elements_and_round_to_
     for (int r = 0; r < H; ++r)
         for (int col = 0; col < I; ++col) {
             const float s = scale[(r / 128) * cb + col / 128];
-            ASSERT_EQ(q[int64_t(r) * I + col], fp8::float_to_e4m3(dense[size_t(r)][size_t(col)] / s)) << r << "," << col;
+            ASSERT_EQ(q[int64_t(r) * I + col], fp8::float_to_e4m3(dense[size_t(r)][size_t(col)] / s))
+                << r << "," << col;
         }
 }
 
@@ -202,26 +206,31 @@ TEST(fp8_checkpoint, chosen_parts_only_and_mxfp4_cannot_come_back) {
     EXPECT_THROW(parse_weight_format("int4"), Error);
     // The partly converted folder runs exactly as the same parts converted at load.
     const auto tokens = prompt(20);
-    EXPECT_EQ(run(*reference(Weights::load(out)), tokens, {20}),
-              run(*reference(convert_weights(Weights::load(published()), WeightFormat::fp8, parse_fp8_parts("attention"))),
-                  tokens, {20}));
+    EXPECT_EQ(
+        run(*reference(Weights::load(out)), tokens, {20}),
+        run(*reference(convert_weights(Weights::load(published()), WeightFormat::fp8, parse_fp8_parts("attention"))),
+            tokens, {20}));
 }
 
 TEST(fp8_forward, three_weight_modes_run_and_agree_where_they_must) {
     const auto tokens = prompt(30);
     const std::vector<float> mxfp4 = run(*reference(Weights::load(published())), tokens, {30});
     // MXFP4 decodes to BF16 exactly, and both matmuls accumulate in the same order: identical logits.
-    const std::vector<float> bf16 = run(*reference(convert_weights(Weights::load(published()), WeightFormat::bf16)), tokens, {30});
+    const std::vector<float> bf16 =
+        run(*reference(convert_weights(Weights::load(published()), WeightFormat::bf16)), tokens, {30});
     EXPECT_EQ(bf16, mxfp4);
     // A converted folder runs exactly as load-time conversion, and FP8 is close to the baseline.
     const std::vector<float> fp8_file = run(*reference(Weights::load(converted())), tokens, {30});
-    const std::vector<float> fp8_load = run(*reference(convert_weights(Weights::load(published()), WeightFormat::fp8)), tokens, {30});
+    const std::vector<float> fp8_load =
+        run(*reference(convert_weights(Weights::load(published()), WeightFormat::fp8)), tokens, {30});
     EXPECT_EQ(fp8_file, fp8_load);
     const double err = max_rel(mxfp4, fp8_file);
     EXPECT_GT(err, 0.0);
     EXPECT_LT(err, 0.05) << "FP8 weights moved the logits by " << err;
     // bf16 from the FP8 folder: the FP8 values rounded to BF16 (close to FP8, not bit-equal).
-    EXPECT_LT(max_rel(fp8_file, run(*reference(convert_weights(Weights::load(converted()), WeightFormat::bf16)), tokens, {30})), 0.02);
+    EXPECT_LT(max_rel(fp8_file,
+                      run(*reference(convert_weights(Weights::load(converted()), WeightFormat::bf16)), tokens, {30})),
+              0.02);
 }
 
 TEST(fp8_forward, decode_steps_and_chunks_equal_one_prefill) {
@@ -240,11 +249,13 @@ TEST(fp8_forward, tensor_and_expert_parallel_windows_match_one_rank) {
     const auto tokens = prompt(24);
     const std::vector<float> one = run(*reference(Weights::load(converted())), tokens, {24});
     for (const ParallelLayout& layout : {ParallelLayout{.tp = 2}, ParallelLayout{.ep = 2}, ParallelLayout{.tp = 4}}) {
-        ParallelRunner par(Weights::load(converted()), {.layout = layout, .n_threads = 2, .kv_dtype = KvDtype::fp8_e4m3});
+        ParallelRunner par(Weights::load(converted()),
+                           {.layout = layout, .n_threads = 2, .kv_dtype = KvDtype::fp8_e4m3});
         par.allocate_kv(kv_layout_for(par, 8, 32, 4));
         CpuReference ref1(Weights::load(converted()), {.n_threads = 2, .kv_dtype = KvDtype::fp8_e4m3});
         ref1.allocate_kv(kv_layout_for(ref1, 8, 32, 4));
-        EXPECT_LT(max_rel(run(ref1, tokens, {16, 8}), run(par, tokens, {16, 8})), 1e-4) << layout.tp << "x" << layout.ep;
+        EXPECT_LT(max_rel(run(ref1, tokens, {16, 8}), run(par, tokens, {16, 8})), 1e-4)
+            << layout.tp << "x" << layout.ep;
     }
     EXPECT_FALSE(one.empty());
 }
@@ -264,12 +275,14 @@ TEST(fp8_kv, spec_counts_the_scales_and_the_cache_halves_bytes_against_bf16) {
 TEST(fp8_kv, copied_rows_continue_exactly_and_stay_close_to_f32) {
     const auto tokens = prompt(42, 5);
     auto ref = reference(Weights::load(published()), KvDtype::fp8_e4m3);
-    const std::vector<float> want = run(*reference(Weights::load(published()), KvDtype::fp8_e4m3), tokens, {37, 1, 1, 1, 1, 1});
+    const std::vector<float> want =
+        run(*reference(Weights::load(published()), KvDtype::fp8_e4m3), tokens, {37, 1, 1, 1, 1, 1});
     Seq a{.tokens = tokens, .pages = test::pages_from(0, 6), .window_slot = 0};
     test::step(*ref, a, 37);
     Seq b{.tokens = tokens, .pages = {20, 21, 12, 13, 14, 25}, .window_slot = 3, .n_computed = 37};
-    ref->copy_kv(plan_kv_copy({.src_pages = test::pages_from(0, 5), .dst_pages = {20, 21, 12, 13, 14}, .src_slot = 0, .dst_slot = 3},
-                              kv_layout_for(*ref, 8, 32, 4)));
+    ref->copy_kv(plan_kv_copy(
+        {.src_pages = test::pages_from(0, 5), .dst_pages = {20, 21, 12, 13, 14}, .src_slot = 0, .dst_slot = 3},
+        kv_layout_for(*ref, 8, 32, 4)));
     std::vector<float> got;
     for (int i = 0; i < 5; ++i) got = test::step(*ref, b, 1);
     EXPECT_EQ(got, want);
@@ -293,7 +306,8 @@ TEST(fp8_accuracy, fp8_weights_and_kv_against_the_published_formats) {
         if (format) w = convert_weights(std::move(w), *format);
         CpuReference cand(std::move(w), {.n_threads = 2, .kv_dtype = kv});
         const AccuracyReport r = compare_formats(
-            base, cand, {.positions = 96, .chunk = 32, .prompt_tokens = 8, .greedy_tokens = 24, .page_size = 8, .seed = 3},
+            base, cand,
+            {.positions = 96, .chunk = 32, .prompt_tokens = 8, .greedy_tokens = 24, .page_size = 8, .seed = 3},
             [&](DumpFn f) { base.set_dump(std::move(f)); }, [&](DumpFn f) { cand.set_dump(std::move(f)); });
         std::printf("weights %s, KV %s:\n%s", format ? weight_format_name(*format) : "as published",
                     std::string(kv_dtype_name(kv)).c_str(), r.table().c_str());

@@ -48,7 +48,8 @@ void check_args(const AttentionArgs& a) {
     OSPREY_CHECK(kv.n_fresh == 0 || (kv.fresh_k && kv.fresh_v && kv.fresh_stride >= a.n_kv_heads * a.head_dim),
                  "attention: fresh rows missing or stride ", kv.fresh_stride, " too small");
     if (kv.n_cached > 0) {
-        const bool fp32 = kv.cache_k && kv.cache_v, fp8 = kv.cache_k8 && kv.cache_v8 && kv.cache_k_scale && kv.cache_v_scale;
+        const bool fp32 = kv.cache_k && kv.cache_v;
+        const bool fp8 = kv.cache_k8 && kv.cache_v8 && kv.cache_k_scale && kv.cache_v_scale;
         OSPREY_CHECK((fp32 || fp8) && kv.block_rows > 0 && !kv.blocks.empty(),
                      "attention: ", kv.n_cached, " cached positions but no cache");
         OSPREY_CHECK(kv.ring || kv.blocks.size() * size_t(kv.block_rows) >= size_t(kv.n_cached),
