@@ -44,17 +44,51 @@ std::string resolve_backend(const std::string& name) {
     return name == "auto" && built_with_cuda() && have_gpu() ? "cuda" : "cpu";
 }
 
+std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner) {
+    if (auto* cpu = dynamic_cast<model::CpuReference*>(&runner))
+        return [cpu](model::DumpFn fn) { cpu->set_dump(std::move(fn)); };
+#ifdef OSPREY_HAVE_CUDA
+    if (auto* cuda = dynamic_cast<model::CudaRunner*>(&runner))
+        return [cuda](model::DumpFn fn) { cuda->set_dump(std::move(fn)); };
+#endif
+    return nullptr;
+}
+
+void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
+    const std::string weights_flag =
+        o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");
+    for (const model::LayerWeights& L : w.layers)
+        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4 &&
+                         L.attention_format() == model::WeightFormat::bf16,
+                     weights_flag, " (", w.formats(), "): not yet on the GPU; the CUDA backend runs the published "
+                     "formats (MXFP4 experts, BF16 dense weights). Use --backend cpu, or --weights mxfp4 with the "
+                     "published checkpoint");
+    OSPREY_CHECK(w.unembedding_format() == model::WeightFormat::bf16, weights_flag, " (", w.formats(),
+                 "): not yet on the GPU (FP8 unembedding); run it on the CPU backend (--backend cpu)");
+    OSPREY_CHECK(!o.kv_dtype || *o.kv_dtype == model::KvDtype::bf16, "--kv-cache-dtype ",
+                 model::kv_dtype_name(*o.kv_dtype), ": not yet on the GPU (the CUDA backend keeps a BF16 KV cache). "
+                 "Run it on the CPU backend (--backend cpu), or use --kv-cache-dtype auto");
+}
+
 Runner make_runner(model::Weights weights, const RunnerOptions& o) {
     Runner r;
     r.backend = resolve_backend(o.backend);
     o.layout.check(weights.config);
+    if (o.weights_format) weights = model::convert_weights(std::move(weights), *o.weights_format, o.fp8_parts);
+    model::KvDtype cpu_kv = model::KvDtype::f32;
+    if (o.kv_dtype) {
+        OSPREY_CHECK(r.backend == "cuda" || *o.kv_dtype != model::KvDtype::bf16,
+                     "--kv-cache-dtype bf16: the CPU backend keeps f32 or fp8 (use auto, f32 or fp8)");
+        cpu_kv = *o.kv_dtype;
+    }
     if (!o.layout.single() && r.backend == "cpu") {
         r.runner = std::make_unique<model::ParallelRunner>(
-            weights, model::ParallelRunnerOptions{.layout = o.layout, .n_threads = o.cpu_threads});
+            weights, model::ParallelRunnerOptions{.layout = o.layout, .n_threads = o.cpu_threads, .kv_dtype = cpu_kv});
         return r;
     }
 #ifdef OSPREY_HAVE_CUDA
     if (r.backend == "cuda") {
+        check_cuda_supports(weights, o);
         model::CudaRunnerOptions co;
         if (o.max_tokens > 0) co.max_tokens = o.max_tokens;
         if (o.max_logit_rows > 0) co.max_logit_rows = o.max_logit_rows;
@@ -79,8 +113,8 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
         }
     }
 #endif
-    r.runner = std::make_unique<model::CpuReference>(std::move(weights),
-                                                     model::CpuReferenceOptions{.n_threads = o.cpu_threads});
+    r.runner = std::make_unique<model::CpuReference>(
+        std::move(weights), model::CpuReferenceOptions{.n_threads = o.cpu_threads, .kv_dtype = cpu_kv});
     return r;
 }
 

@@ -5,12 +5,16 @@
 //   cuda  the CUDA backend (model/cuda/gpt_oss_cuda.h); an error when it was not built
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "model/parallel_layout.h"
 #include "model/runner.h"
+#include "model/gpt_oss_ref.h"
+#include "model/kv_spec.h"
+#include "model/weight_convert.h"
 #include "model/weights.h"
 
 namespace osprey::backends {
@@ -39,6 +43,12 @@ struct RunnerOptions {
     // CUDA layouts: every rank on one GPU (the same-device communicator), for testing a layout where
     // fewer GPUs exist; also $OSPREY_CUDA_SAME_DEVICE=1.
     bool cuda_same_device = false;
+    // --weights fp8|mxfp4|bf16: the weights converted at load (model/weight_convert.h) before the
+    // runner is made; unset keeps the folder's own formats. fp8_parts: what fp8 converts.
+    std::optional<model::WeightFormat> weights_format = std::nullopt;
+    model::Fp8Parts fp8_parts = {};
+    // --kv-cache-dtype: unset is the backend's own (CPU f32, CUDA bf16); fp8 on the CPU backend.
+    std::optional<model::KvDtype> kv_dtype = std::nullopt;
 };
 
 struct Runner {
@@ -48,5 +58,13 @@ struct Runner {
 };
 
 Runner make_runner(model::Weights weights, const RunnerOptions& options);
+
+// A setter for `runner`'s intermediate dump (the CPU reference's or the single-GPU CUDA runner's
+// set_dump), for layer-by-layer comparisons (model/format_accuracy.h); null for other runners.
+std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner);
+
+// Throws naming the option when the CUDA backend cannot run these weights or this KV dtype yet
+// (FP8 or BF16 expert/dense formats, an FP8 KV cache: CPU backend only so far, docs/fp8.md).
+void check_cuda_supports(const model::Weights& weights, const RunnerOptions& options);
 
 }  // namespace osprey::backends

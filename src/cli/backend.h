@@ -1,11 +1,13 @@
 // Flags shared by the commands that load a model onto a backend (bench, generate, serve): the model
 // folder (--model, else the built-in tiny model), --backend auto|cpu|cuda (made by the factory in
 // backends/runner_factory.h), --page-size (bounds in model/kv_spec.h) and the parallel layout
-// (--tp/--ep/--dp, model/parallel_layout.h).
+// (--tp/--ep/--dp, model/parallel_layout.h), and the formats: --weights fp8|mxfp4|bf16 [--convert
+// attention,experts,unembedding] and --kv-cache-dtype auto|fp8|f32|bf16 (docs/fp8.md).
 #pragma once
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "backends/runner_factory.h"
 #include "cli/builtin_model.h"
@@ -13,6 +15,7 @@
 #include "core/check.h"
 #include "model/kv_spec.h"
 #include "model/parallel_layout.h"
+#include "model/weight_convert.h"
 
 namespace osprey::cli {
 
@@ -46,6 +49,35 @@ inline model::ParallelLayout layout_flags(const Args& args) {
     }
     l.check();
     return l;
+}
+
+// The value flags format_flags() reads, for a command's flag list.
+inline const std::vector<std::string>& format_flag_names() {
+    static const std::vector<std::string> names = {"weights", "convert", "kv-cache-dtype"};
+    return names;
+}
+
+// --weights fp8|mxfp4|bf16 (load-time conversion; default: the folder's own formats), --convert LIST
+// (what --weights fp8 converts; default attention,experts,unembedding) and --kv-cache-dtype
+// auto|fp8|f32|bf16, into `o`.
+inline void format_flags(const Args& args, backends::RunnerOptions& o) {
+    if (args.has("weights")) o.weights_format = model::parse_weight_format(args.get("weights"));
+    if (args.has("convert")) {
+        OSPREY_CHECK(o.weights_format == model::WeightFormat::fp8, "--convert chooses what --weights fp8 converts");
+        o.fp8_parts = model::parse_fp8_parts(args.get("convert"));
+    }
+    if (args.has("kv-cache-dtype")) o.kv_dtype = model::parse_kv_dtype(args.get("kv-cache-dtype"));
+}
+
+// "weights fp8 (attention,experts,unembedding), KV fp8" for logs; empty when nothing was asked.
+inline std::string format_summary(const backends::RunnerOptions& o) {
+    std::string s;
+    if (o.weights_format) {
+        s = str("weights ", model::weight_format_name(*o.weights_format));
+        if (*o.weights_format == model::WeightFormat::fp8) s += str(" (", model::fp8_parts_name(o.fp8_parts), ")");
+    }
+    if (o.kv_dtype) s += str(s.empty() ? "" : ", ", "KV ", model::kv_dtype_name(*o.kv_dtype));
+    return s;
 }
 
 }  // namespace osprey::cli

@@ -51,6 +51,7 @@ constexpr const char* kHelp =
     "\n"
     "common: [--model DIR] [--backend auto|cpu|cuda] [--threads N] [--tp 1] [--ep 1] [--dp 1]\n"
     "        [--gpu-price 3.00] [--chunk 8192] [--page-size 32] [--seed S] [--out PREFIX]\n"
+    "        [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32] (docs/fp8.md)\n"
     "\n"
     "prefill: batch 1, random prompts of each length (chunks of --chunk tokens); time to first token\n"
     "  (median, p90 over --repeats after --warmup), input tokens/s, USD per million input tokens.\n"
@@ -134,22 +135,28 @@ Backend open_backend(const cli::Args& a, const std::string& command, int max_tok
     b.info.checkpoint = fs::absolute(dir).lexically_normal().string();
     b.info.checkpoint_layout = model::layout_name(b.weights->layout);
     b.info.model = model_summary(c);
-    backends::Runner made = backends::make_runner(std::move(*b.weights), {.backend = backend,
-                                                                          .cpu_threads = threads,
-                                                                          .max_tokens = max_tokens,
-                                                                          .max_logit_rows = std::max(max_rows, 1),
-                                                                          .max_slices = std::max(max_rows, 1) + 1,
-                                                                          .layout = b.info.layout});
+    backends::RunnerOptions ro{.backend = backend,
+                               .cpu_threads = threads,
+                               .max_tokens = max_tokens,
+                               .max_logit_rows = std::max(max_rows, 1),
+                               .max_slices = std::max(max_rows, 1) + 1,
+                               .layout = b.info.layout};
+    cli::format_flags(a, ro);
+    backends::Runner made = backends::make_runner(std::move(*b.weights), ro);
     b.runner = std::move(made.runner);
     b.weights = std::move(made.weights);
     b.info.backend = made.backend;
+    const std::string formats = ro.weights_format || ro.kv_dtype ? cli::format_summary(ro) + "; " : std::string();
     if (made.backend == "cuda") {
         b.info.device = b.runner->name();
         b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; BF16 activations and KV";
     } else {
         const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
         b.info.device = str(b.runner->name(), " (", benchtool::cpu_model_name(), ", ", n, " threads)");
-        b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; FP32 activations and KV";
+        b.info.weight_format = ro.weights_format || ro.kv_dtype
+                                   ? str(formats, "FP32 activations, KV ", model::kv_dtype_name(b.runner->kv_dtype()))
+                                   : "MXFP4 experts (as shipped), BF16 attention/router/embeddings; FP32 activations "
+                                     "and KV";
     }
     return b;
 }
@@ -179,8 +186,9 @@ void print_line(const std::string& line) {
     std::fflush(stdout);
 }
 
-const std::vector<std::string> kModelFlags = {"model", "backend", "threads", "tp", "ep", "dp", "gpu-price",
-                                              "chunk", "page-size", "seed", "out", "warmup"};
+const std::vector<std::string> kModelFlags = {"model", "backend",   "threads", "tp",   "ep",  "dp",
+                                              "gpu-price", "chunk", "page-size", "seed", "out", "warmup",
+                                              "weights",   "convert", "kv-cache-dtype"};
 
 int bench_prefill(const std::vector<std::string>& argv) {
     std::vector<std::string> flags = kModelFlags;

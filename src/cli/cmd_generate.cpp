@@ -29,6 +29,8 @@ using namespace osprey;
 constexpr const char* kHelp =
     "usage: osprey generate [--model DIR] (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N]\n"
     "                       [--threads N] [--ignore-eos] [--device cpu|cuda]\n"
+    "                       [--weights fp8|mxfp4|bf16 [--convert attention,experts,unembedding]]\n"
+    "                       [--kv-cache-dtype auto|fp8|f32]\n"
     "                       [--batch N [--kv-memory-fraction F] [--max-batch-tokens N] [--max-num-seqs N]\n"
     "                        [--max-mixed-prefill-tokens N (default 0: off)]\n"
     "                        [--speculative ngram|draft|eagle3 [--num-speculative-tokens K] ...]\n"
@@ -41,7 +43,9 @@ constexpr const char* kHelp =
     "--batch N runs N requests (the prompt plus one distinct token each) at once through the engine\n"
     "(continuous batching, paged KV cache sized to --kv-memory-fraction of the backend's budget) and\n"
     "prints the throughput.\n"
-    "--device cuda runs the CUDA backend (greedy sampling on the GPU) when osprey was built with it.\n";
+    "--device cuda runs the CUDA backend (greedy sampling on the GPU) when osprey was built with it.\n"
+    "--weights converts the weights at load (fp8: 128x128 block-scaled E4M3; bf16: BF16 experts);\n"
+    "--kv-cache-dtype fp8 keeps an E4M3 KV cache. Both run on the CPU backend only for now (docs/fp8.md).\n";
 
 std::vector<int32_t> parse_ids(const std::string& text) {
     std::vector<int32_t> ids;
@@ -67,6 +71,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int run_generate(const std::vector<std::string>& argv) {
     std::vector<std::string> value_flags = {"model", "prompt-ids", "prompt", "max-tokens", "threads", "device"};
     value_flags.insert(value_flags.end(), cli::generate_batch_flags().begin(), cli::generate_batch_flags().end());
+    value_flags.insert(value_flags.end(), cli::format_flag_names().begin(), cli::format_flag_names().end());
     const cli::Args args(argv, value_flags, {"help", "ignore-eos"});
     if (args.has("help")) {
         std::fputs(kHelp, stdout);
@@ -83,8 +88,9 @@ int run_generate(const std::vector<std::string>& argv) {
     const fs::path dir = cli::model_dir_flag(args);
     const std::string device = args.get("device", "cpu");
     OSPREY_CHECK(device == "cpu" || device == "cuda", "--device must be cpu or cuda, got '", device, "'");
-    const backends::Runner made =
-        backends::make_runner(model::Weights::load(dir), {.backend = device, .cpu_threads = int(threads)});
+    backends::RunnerOptions ro{.backend = device, .cpu_threads = int(threads)};
+    cli::format_flags(args, ro);
+    const backends::Runner made = backends::make_runner(model::Weights::load(dir), ro);
     model::ModelRunner& runner = *made.runner;
     const model::Config& c = runner.config();
 

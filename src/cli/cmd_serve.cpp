@@ -42,6 +42,7 @@ constexpr const char* kHelp =
     "                    [--backend auto|cpu|cuda] [--threads N] [--tokenizer FILE]\n"
     "                    [--max-body-bytes N] [--default-max-tokens N] [--no-prefix-caching]\n"
     "                    [--tp N] [--ep N] [--dp N] [--allowed-origins LIST] [--shutdown-timeout S]\n"
+    "                    [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32]\n"
     "                    [--speculative ngram|draft|eagle3 ...]\n"
     "                    [--ssl-certfile FILE --ssl-keyfile FILE] [connection limits, below]\n"
     "\n"
@@ -73,6 +74,12 @@ constexpr const char* kHelp =
     "  --mixed-prefill-min-decodes N  the limit above applies once N or more sequences decode (default 1)\n"
     "  --kv-cache-tokens N    cap the KV cache at N tokens\n"
     "  --backend B            auto (CUDA when built with it and a GPU is present), cpu or cuda\n"
+    "  --weights F            convert the weights at load: fp8 (E4M3, 128x128 block scales; --convert\n"
+    "                         attention,experts,unembedding picks the parts), bf16 (BF16 experts) or mxfp4\n"
+    "                         (as published). A folder from `osprey convert` loads as it is. CPU backend\n"
+    "                         only for fp8/bf16 so far (docs/fp8.md)\n"
+    "  --kv-cache-dtype D     auto (the backend's own), fp8 (E4M3 + a scale per position and KV head;\n"
+    "                         CPU backend only so far) or f32\n"
     "  --threads N            CPU backend threads (default: all cores; shared out over the ranks)\n"
     "  --tp N, --ep N         tensor / expert parallel degrees (default 1): attention split by KV heads,\n"
     "                         experts by rank and by intermediate columns; max(tp, ep) ranks, one thread\n"
@@ -209,6 +216,7 @@ int run_serve(const std::vector<std::string>& given) {
                           "ep",
                           "dp"};
     for (const std::string& f : cli::speculative_flag_names()) value_flags.push_back(f);
+    for (const std::string& f : cli::format_flag_names()) value_flags.push_back(f);
     const cli::Args args(argv, value_flags, {"help", "no-prefix-caching"});
     if (args.has("help")) {
         std::printf(kHelp, cli::kSpeculativeHelp);
@@ -347,11 +355,14 @@ int run_serve(const std::vector<std::string>& given) {
                 c.n_experts, " experts, vocab ", c.vocab_size, ", ", weights.total_bytes() / (1 << 20), " MiB)");
         // A speculative verify asks for 1 + k logit rows per sequence.
         const int logit_rows = spec.options.enabled() ? std::max(256, eo.max_num_seqs * (1 + spec.options.num_tokens)) : 0;
-        made = backends::make_runner(std::move(weights), {.backend = backend,
-                                                          .fall_back_to_cpu = true,
-                                                          .cpu_threads = threads,
-                                                          .max_logit_rows = logit_rows,
-                                                          .layout = layout});
+        backends::RunnerOptions ro{.backend = backend,
+                                   .fall_back_to_cpu = true,
+                                   .cpu_threads = threads,
+                                   .max_logit_rows = logit_rows,
+                                   .layout = layout};
+        cli::format_flags(args, ro);
+        if (!cli::format_summary(ro).empty()) loaded += str(", ", cli::format_summary(ro));
+        made = backends::make_runner(std::move(weights), ro);
         runner = std::move(made.runner);
         std::string name = fs::absolute(dir).lexically_normal().filename().string();
         so.model_name = name.empty() ? "osprey" : name;

@@ -84,9 +84,20 @@ Config Config::from_json(const Value& j) {
     }
     if (const Value* q = j.find("quantization_config"); q != nullptr && !q->is_null()) {
         const Value* m = q->find("quant_method");
-        OSPREY_CHECK(m != nullptr && m->is_string() && m->as_string() == "mxfp4",
-                     "config: quantization_config.quant_method must be \"mxfp4\" (got ",
-                     m ? m->dump() : std::string("nothing"), "); only MXFP4 expert checkpoints are supported");
+        OSPREY_CHECK(m != nullptr && m->is_string() && (m->as_string() == "mxfp4" || m->as_string() == "fp8"),
+                     "config: quantization_config.quant_method must be \"mxfp4\" or \"fp8\" (got ",
+                     m ? m->dump() : std::string("nothing"),
+                     "); only MXFP4 expert checkpoints and their `osprey convert --to fp8` form are supported");
+        if (m->as_string() == "fp8") {
+            // 128 x 128 block scales (docs/fp8.md); the tensors themselves are checked by the loader.
+            const Value* b = q->find("weight_block_size");
+            OSPREY_CHECK(b != nullptr && *b == Value(json::Array{Value(128), Value(128)}),
+                         "config: quantization_config.weight_block_size must be [128, 128] for fp8, got ",
+                         b ? b->dump() : std::string("nothing"));
+            const Value* fmt = q->find("fmt");
+            OSPREY_CHECK(fmt == nullptr || (fmt->is_string() && fmt->as_string() == "e4m3"),
+                         "config: quantization_config.fmt must be \"e4m3\" for fp8, got ", fmt->dump());
+        }
     }
 
     Config c;

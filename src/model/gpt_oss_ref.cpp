@@ -8,7 +8,9 @@
 #include "core/bf16.h"
 #include "core/check.h"
 #include "kernels/cpu/add.h"
+#include "core/fp8.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/fp8_matmul.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
@@ -47,6 +49,39 @@ std::vector<float> to_floats(const TensorView& t) {
     return out;
 }
 
+// Matrix `mat` of an FP8 weight (or stack [n_mats, rows, cols]) as a kernel window starting at
+// (row0, col0); the block multipliers stay those of the whole matrix.
+cpu::Fp8Matrix fp8_window(const TensorView& w, const TensorView& scale, size_t mat, size_t row0, size_t col0) {
+    OSPREY_CHECK(w.dtype == DType::fp8_e4m3 && scale.dtype == DType::f32, w.name,
+                 ": expected fp8 with f32 scales, got ", w.describe(), " and ", scale.describe());
+    const int64_t rows = w.shape[w.shape.size() - 2], cols = w.shape.back();
+    return {.data = w.as<uint8_t>() + int64_t(mat) * rows * cols,
+            .scale_inv = scale.as<float>() + int64_t(mat) * fp8::n_blocks(rows) * fp8::n_blocks(cols),
+            .ld = cols,
+            .row0 = int64_t(row0),
+            .col0 = int64_t(col0)};
+}
+
+// FP8 KV rows (kv_spec.h): each (token, KV head) of x [T, heads · head_dim] becomes head_dim E4M3
+// codes and one multiplier amax / 448; x is replaced by the decoded values (what the cache holds).
+void quantize_kv_rows(std::vector<float>& x, std::vector<uint8_t>& codes, std::vector<float>& scales, int T,
+                      int heads, int head_dim) {
+    const auto& table = fp8::e4m3_table();
+    codes.resize(x.size());
+    scales.resize(size_t(T) * heads);
+    for (size_t th = 0; th < scales.size(); ++th) {
+        float* v = x.data() + th * head_dim;  // [head_dim]
+        float amax = 0.0f;
+        for (int c = 0; c < head_dim; ++c) amax = std::fmax(amax, std::fabs(v[c]));
+        const float s = fp8::block_scale_inv(amax);
+        scales[th] = s;
+        for (int c = 0; c < head_dim; ++c) {
+            codes[th * head_dim + c] = fp8::quantize(v[c], s);
+            v[c] = table[codes[th * head_dim + c]] * s;
+        }
+    }
+}
+
 size_t kv_budget_from_env() {
     const char* env = std::getenv("OSPREY_CPU_KV_BYTES");
     if (!env || !*env) return kDefaultKvBudget;
@@ -74,6 +109,9 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
     if (options.n_threads > 0) own_pool_ = std::make_unique<ThreadPool>(options.n_threads);
     pool_ = own_pool_ ? own_pool_.get() : &ThreadPool::global();
     kv_budget_ = options.kv_budget_bytes > 0 ? options.kv_budget_bytes : kv_budget_from_env();
+    OSPREY_CHECK(options.kv_dtype == KvDtype::f32 || options.kv_dtype == KvDtype::fp8_e4m3,
+                 "cpu-reference: the KV cache is f32 or fp8, not ", kv_dtype_name(options.kv_dtype));
+    kv_dtype_ = options.kv_dtype;
     piece_ = ModelShard::whole(config_);
     if (options.shard) {
         piece_ = options.shard->piece;
@@ -95,7 +133,12 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
     kv_local_ = piece_.kv_heads.count * c.head_dim;
 
     bf16_view(weights_.embedding);
-    bf16_view(weights_.unembedding);
+    // This rank's vocabulary rows of the unembedding [V, d_model] (BF16 rows, or an FP8 window).
+    const size_t d = size_t(c.d_model), v0 = size_t(piece_.vocab.first), nv = size_t(piece_.vocab.count);
+    if (weights_.unembedding.dtype == DType::fp8_e4m3)
+        unembedding_ = Linear::of_fp8(fp8_window(weights_.unembedding, weights_.unembedding_scale, 0, v0, 0));
+    else
+        unembedding_ = Linear::of_bf16(bf16_view(weights_.unembedding).subspan(v0 * d, nv * d));
     final_norm_ = to_floats(weights_.final_norm);
     vectors_.resize(c.n_layers);
     slices_.resize(c.n_layers);
@@ -108,12 +151,16 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
 void CpuReference::slice_layer(int layer) {
     const Config& c = config_;
     const LayerWeights& w = weights_.layers[layer];
-    for (const TensorView* t : {&w.q_w, &w.k_w, &w.v_w, &w.out_w, &w.router_w}) bf16_view(*t);
-    for (const TensorView* t : {&w.mlp1_blocks, &w.mlp1_scales, &w.mlp2_blocks, &w.mlp2_scales}) u8_view(*t);
+    bf16_view(w.router_w);
     const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), I = size_t(c.d_ff), Q = size_t(c.q_dim());
     const size_t h0 = size_t(piece_.heads.first) * hd, kv0 = size_t(piece_.kv_heads.first) * hd;
     const size_t e0 = size_t(piece_.experts.first), ne = size_t(piece_.experts.count);
     const size_t f0 = size_t(piece_.ff.first), nf = size_t(piece_.ff.count);
+    // Rows [first, first + n) of a BF16 or FP8 [rows, H] weight.
+    auto rows_of = [&](const TensorView& t, const TensorView& scale, size_t first, size_t n) -> Linear {
+        if (t.dtype == DType::fp8_e4m3) return Linear::of_fp8(fp8_window(t, scale, 0, first, 0));
+        return Linear::of_bf16(bf16_view(t).subspan(first * H, n * H));
+    };
     auto part = [](const std::vector<float>& v, size_t first, size_t n) {
         return std::vector<float>(v.begin() + ptrdiff_t(first), v.begin() + ptrdiff_t(first + n));
     };
@@ -138,39 +185,63 @@ void CpuReference::slice_layer(int layer) {
     if (piece_.down_bias) v.mlp2_bias = part(to_floats(w.mlp2_bias), e0 * H, ne * H);
 
     LayerSlices& sl = slices_[layer];
-    sl.q_w = bf16_view(w.q_w).subspan(h0 * H, size_t(q_local_) * H);
-    sl.k_w = bf16_view(w.k_w).subspan(kv0 * H, size_t(kv_local_) * H);
-    sl.v_w = bf16_view(w.v_w).subspan(kv0 * H, size_t(kv_local_) * H);
-    const std::span<const bf16> out_w = bf16_view(w.out_w);  // [H, Q]
-    if (size_t(q_local_) == Q) {
-        sl.out_w = out_w;
-    } else {  // columns [h0, h0 + q_local) of every row
-        sl.out_w_owned.resize(H * size_t(q_local_));
-        for (size_t r = 0; r < H; ++r)
-            std::copy_n(out_w.begin() + ptrdiff_t(r * Q + h0), q_local_,
-                        sl.out_w_owned.begin() + ptrdiff_t(r * q_local_));
-        sl.out_w = sl.out_w_owned;
+    sl.q_w = rows_of(w.q_w, w.q_scale, h0, size_t(q_local_));
+    sl.k_w = rows_of(w.k_w, w.k_scale, kv0, size_t(kv_local_));
+    sl.v_w = rows_of(w.v_w, w.v_scale, kv0, size_t(kv_local_));
+    if (w.out_w.dtype == DType::fp8_e4m3) {  // [H, Q]: columns [h0, h0 + q_local) read in place
+        sl.out_w = Linear::of_fp8(fp8_window(w.out_w, w.out_scale, 0, 0, h0));
+    } else {
+        const std::span<const bf16> out_w = bf16_view(w.out_w);  // [H, Q]
+        if (size_t(q_local_) == Q) {
+            sl.out_w = Linear::of_bf16(out_w);
+        } else {  // columns [h0, h0 + q_local) of every row
+            sl.out_w_owned.resize(H * size_t(q_local_));
+            for (size_t r = 0; r < H; ++r)
+                std::copy_n(out_w.begin() + ptrdiff_t(r * Q + h0), q_local_,
+                            sl.out_w_owned.begin() + ptrdiff_t(r * q_local_));
+            sl.out_w = Linear::of_bf16(sl.out_w_owned);
+        }
+    }
+    sl.mlp1.clear();
+    sl.mlp2.clear();
+    const WeightFormat experts = w.experts_format();
+    if (experts != WeightFormat::mxfp4) {
+        // Expert matrices [E, 2I, H] and [E, H, I]: mlp1 rows [2 f0, 2 (f0 + nf)) and mlp2 columns
+        // [f0, f0 + nf) of each local expert; FP8 windows in place, BF16 mlp2 columns copied when cut.
+        for (size_t e = e0; e < e0 + ne; ++e) {
+            if (experts == WeightFormat::fp8) {
+                sl.mlp1.push_back(Linear::of_fp8(fp8_window(w.mlp1_w, w.mlp1_scale, e, 2 * f0, 0)));
+                sl.mlp2.push_back(Linear::of_fp8(fp8_window(w.mlp2_w, w.mlp2_scale, e, 0, f0)));
+                continue;
+            }
+            const std::span<const bf16> m1 = bf16_view(w.mlp1_w), m2 = bf16_view(w.mlp2_w);
+            sl.mlp1.push_back(Linear::of_bf16(m1.subspan((e * 2 * I + 2 * f0) * H, 2 * nf * H)));
+            if (nf == I) {
+                sl.mlp2.push_back(Linear::of_bf16(m2.subspan(e * H * I, H * I)));
+            } else {
+                sl.mlp2_bf16_owned.emplace_back(H * nf);
+                for (size_t r = 0; r < H; ++r)
+                    std::copy_n(m2.begin() + ptrdiff_t((e * H + r) * I + f0), nf,
+                                sl.mlp2_bf16_owned.back().begin() + ptrdiff_t(r * nf));
+                sl.mlp2.push_back(Linear::of_bf16(sl.mlp2_bf16_owned.back()));
+            }
+        }
+        return;
     }
 
     // mlp1 [E, 2I, H/32, 16]: columns [f0, f0 + nf) are rows [2 f0, 2 (f0 + nf)) (gate/up pairs), contiguous.
     const std::span<const uint8_t> b1 = u8_view(w.mlp1_blocks), s1 = u8_view(w.mlp1_scales);
     const std::span<const uint8_t> b2 = u8_view(w.mlp2_blocks), s2 = u8_view(w.mlp2_scales);
     const size_t row1_bytes = H / 2, row1_scales = H / 32;  // one mlp1 row
-    sl.mlp1_blocks.clear();
-    sl.mlp1_scales.clear();
-    for (size_t e = e0; e < e0 + ne; ++e) {
-        sl.mlp1_blocks.push_back(b1.subspan((e * 2 * I + 2 * f0) * row1_bytes, 2 * nf * row1_bytes));
-        sl.mlp1_scales.push_back(s1.subspan((e * 2 * I + 2 * f0) * row1_scales, 2 * nf * row1_scales));
-    }
+    for (size_t e = e0; e < e0 + ne; ++e)
+        sl.mlp1.push_back(Linear::of_mxfp4(b1.subspan((e * 2 * I + 2 * f0) * row1_bytes, 2 * nf * row1_bytes),
+                                            s1.subspan((e * 2 * I + 2 * f0) * row1_scales, 2 * nf * row1_scales)));
     // mlp2 [E, H, I/32, 16]: the input groups [f0/32, (f0 + nf)/32) of every row; a copy unless whole.
     const size_t g_all = I / 32, g0 = f0 / 32, ng = nf / 32;
-    sl.mlp2_blocks.clear();
-    sl.mlp2_scales.clear();
     if (ng == g_all) {
-        for (size_t e = e0; e < e0 + ne; ++e) {
-            sl.mlp2_blocks.push_back(b2.subspan(e * H * g_all * 16, H * g_all * 16));
-            sl.mlp2_scales.push_back(s2.subspan(e * H * g_all, H * g_all));
-        }
+        for (size_t e = e0; e < e0 + ne; ++e)
+            sl.mlp2.push_back(Linear::of_mxfp4(b2.subspan(e * H * g_all * 16, H * g_all * 16),
+                                                s2.subspan(e * H * g_all, H * g_all)));
         return;
     }
     const size_t blocks_per_expert = H * ng * 16, scales_per_expert = H * ng;
@@ -183,9 +254,19 @@ void CpuReference::slice_layer(int layer) {
             std::copy_n(b2.begin() + ptrdiff_t((row * g_all + g0) * 16), ng * 16, blocks + r * ng * 16);
             std::copy_n(s2.begin() + ptrdiff_t(row * g_all + g0), ng, scales + r * ng);
         }
-        sl.mlp2_blocks.emplace_back(blocks, blocks_per_expert);
-        sl.mlp2_scales.emplace_back(scales, scales_per_expert);
+        sl.mlp2.push_back(Linear::of_mxfp4({blocks, blocks_per_expert}, {scales, scales_per_expert}));
     }
+}
+
+// y = x · Wᵀ + b with W in whichever form this weight is stored (spec §3: W is [out, in]).
+void CpuReference::linear(std::span<float> y, std::span<const float> x, const Linear& w, std::span<const float> bias,
+                          int n_rows, int n_in, int n_out) {
+    if (!w.fp8.empty())
+        cpu::fp8_matmul(y, x, w.fp8, bias, n_rows, n_in, n_out, *pool_);
+    else if (!w.blocks.empty())
+        cpu::mxfp4_matmul(y, x, w.blocks, w.scales, bias, n_rows, n_in, n_out, *pool_);
+    else
+        cpu::matmul_bf16w(y, x, w.dense, bias, n_rows, n_in, n_out, *pool_);
 }
 
 KvSpec CpuReference::kv_spec(int page_size) const {
@@ -205,8 +286,17 @@ void CpuReference::allocate_kv(const KvLayout& layout) {
     const size_t kv_dim = size_t(kv_local_);
     for (int i = 0; i < config_.n_layers; ++i) {
         const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
-        kv_[i].k.assign(rows * kv_dim, 0.0f);
-        kv_[i].v.assign(rows * kv_dim, 0.0f);
+        LayerKv& kv = kv_[i];
+        if (kv_dtype_ == KvDtype::fp8_e4m3) {
+            const size_t heads = size_t(piece_.kv_heads.count);
+            kv.k8.assign(rows * kv_dim, 0);
+            kv.v8.assign(rows * kv_dim, 0);
+            kv.k_scale.assign(rows * heads, 0.0f);
+            kv.v_scale.assign(rows * heads, 0.0f);
+        } else {
+            kv.k.assign(rows * kv_dim, 0.0f);
+            kv.v.assign(rows * kv_dim, 0.0f);
+        }
     }
 }
 
@@ -215,9 +305,19 @@ void CpuReference::copy_kv(const KvCopyPlan& plan) {
     const size_t kv_dim = size_t(kv_local_);
     for (const KvRowRun& r : plan.runs)
         for (int layer : layout_.spec.group(r.group).layers)
-            for (std::vector<float>* cache : {&kv_[layer].k, &kv_[layer].v})
-                std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
-                            cache->data() + size_t(r.dst) * kv_dim);
+            if (kv_dtype_ == KvDtype::fp8_e4m3) {
+                const size_t heads = size_t(piece_.kv_heads.count);
+                for (std::vector<uint8_t>* cache : {&kv_[layer].k8, &kv_[layer].v8})
+                    std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
+                                cache->data() + size_t(r.dst) * kv_dim);
+                for (std::vector<float>* scale : {&kv_[layer].k_scale, &kv_[layer].v_scale})
+                    std::copy_n(scale->data() + size_t(r.src) * heads, size_t(r.n) * heads,
+                                scale->data() + size_t(r.dst) * heads);
+            } else {
+                for (std::vector<float>* cache : {&kv_[layer].k, &kv_[layer].v})
+                    std::copy_n(cache->data() + size_t(r.src) * kv_dim, size_t(r.n) * kv_dim,
+                                cache->data() + size_t(r.dst) * kv_dim);
+            }
 }
 
 void CpuReference::check_batch(const ForwardBatch& batch) const {
@@ -308,15 +408,21 @@ void CpuReference::attention_block(int layer, const Step& step) {
     cpu::rmsnorm(xn_, x_, lv.attn_norm, T, c.d_model, c.norm_eps, *pool_);
     dump("attn_norm", layer, xn_);
     // q, k, v = xn · Wᵀ + b                                             [T, QL], [T, KL] x2
-    cpu::matmul_bf16w(q_, xn_, w.q_w, lv.q_b, T, c.d_model, QL, *pool_);
-    cpu::matmul_bf16w(k_, xn_, w.k_w, lv.k_b, T, c.d_model, KL, *pool_);
-    cpu::matmul_bf16w(v_, xn_, w.v_w, lv.v_b, T, c.d_model, KL, *pool_);
+    linear(q_, xn_, w.q_w, lv.q_b, T, c.d_model, QL);
+    linear(k_, xn_, w.k_w, lv.k_b, T, c.d_model, KL);
+    linear(v_, xn_, w.v_w, lv.v_b, T, c.d_model, KL);
     // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin)
     cpu::rope(q_, step.positions, n_heads, c.head_dim, rope_.cos(), rope_.sin());
     cpu::rope(k_, step.positions, n_kv_heads, c.head_dim, rope_.cos(), rope_.sin());
     dump("q", layer, q_);
     dump("k", layer, k_);
     dump("v", layer, v_);
+    // (FP8 KV cache: k and v rounded to what the cache will hold, so this step's queries see the
+    // same keys and values as every later step)
+    if (kv_dtype_ == KvDtype::fp8_e4m3) {
+        quantize_kv_rows(k_, k8_, k_scale_, T, n_kv_heads, c.head_dim);
+        quantize_kv_rows(v_, v8_, v_scale_, T, n_kv_heads, c.head_dim);
+    }
 
     // attn = softmax-with-sink(q·kᵀ / sqrt(head_dim)) · v per sequence: earlier positions from the
     // cache (pages on full layers, the window ring on sliding ones), this step's from k_, v_.
@@ -330,8 +436,12 @@ void CpuReference::attention_block(int layer, const Step& step) {
                               .q = std::span<const float>(q_).subspan(t0 * QL, size_t(sl.n_tokens) * QL),
                               .positions = std::span(step.positions).subspan(t0, sl.n_tokens),
                               .sinks = lv.sinks,
-                              .kv = {.cache_k = cache.k.data(),
-                                     .cache_v = cache.v.data(),
+                              .kv = {.cache_k = cache.k.empty() ? nullptr : cache.k.data(),
+                                     .cache_v = cache.v.empty() ? nullptr : cache.v.data(),
+                                     .cache_k8 = cache.k8.empty() ? nullptr : cache.k8.data(),
+                                     .cache_v8 = cache.v8.empty() ? nullptr : cache.v8.data(),
+                                     .cache_k_scale = cache.k_scale.empty() ? nullptr : cache.k_scale.data(),
+                                     .cache_v_scale = cache.v_scale.empty() ? nullptr : cache.v_scale.data(),
                                      .blocks = blocks,
                                      .block_rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block,
                                      .ring = sliding,
@@ -354,7 +464,7 @@ void CpuReference::attention_block(int layer, const Step& step) {
 
     // x += attn · Woutᵀ + b                                             [T, d_model]
     // (TP: each rank's heads give a partial sum, the bias on one rank; summed over the TP group)
-    cpu::matmul_bf16w(proj_, attn_, w.out_w, lv.out_b, T, QL, c.d_model, *pool_);
+    linear(proj_, attn_, w.out_w, lv.out_b, T, QL, c.d_model);
     if (attn_comm_) attn_comm_->all_reduce_sum(proj_);
     dump("attn_out", layer, proj_);
     cpu::add(x_, proj_);
@@ -375,6 +485,14 @@ void CpuReference::store_kv(int layer, const Step& step) {
             const size_t block = size_t(sliding ? sl.window_slot : sl.pages[p / rows]);
             const size_t row = block * rows + size_t(p % rows);
             const size_t t = size_t(sl.first_token + i);
+            if (kv_dtype_ == KvDtype::fp8_e4m3) {
+                const size_t heads = size_t(piece_.kv_heads.count);
+                std::copy_n(k8_.begin() + t * kv_dim, kv_dim, cache.k8.begin() + row * kv_dim);
+                std::copy_n(v8_.begin() + t * kv_dim, kv_dim, cache.v8.begin() + row * kv_dim);
+                std::copy_n(k_scale_.begin() + t * heads, heads, cache.k_scale.begin() + row * heads);
+                std::copy_n(v_scale_.begin() + t * heads, heads, cache.v_scale.begin() + row * heads);
+                continue;
+            }
             std::copy_n(k_.begin() + t * kv_dim, kv_dim, cache.k.begin() + row * kv_dim);
             std::copy_n(v_.begin() + t * kv_dim, kv_dim, cache.v.begin() + row * kv_dim);
         }
@@ -439,16 +557,14 @@ void CpuReference::moe_block(int layer, const Step& step) {
         u.resize(size_t(n) * I);
         y.resize(size_t(n) * H);
         // gate_up = xe · W1_eᵀ + b1_e, rows interleaved gate/up          [n, 2 I]
-        cpu::mxfp4_matmul(gate_up, xe, w.mlp1_blocks[size_t(le)], w.mlp1_scales[size_t(le)],
-                          std::span<const float>(lv.mlp1_bias).subspan(size_t(le) * 2 * I, size_t(2) * I), n, H, 2 * I,
-                          *pool_);
+        linear(gate_up, xe, w.mlp1[size_t(le)],
+               std::span<const float>(lv.mlp1_bias).subspan(size_t(le) * 2 * I, size_t(2) * I), n, H, 2 * I);
         // u = clamped swiglu(gate, up)                                 [n, I]
         cpu::swiglu_clamped(u, gate_up, n, I, c.swiglu_alpha, c.swiglu_limit);
         // y = u · W2_eᵀ + b2_e                                           [n, d_model]
-        cpu::mxfp4_matmul(
-            y, u, w.mlp2_blocks[size_t(le)], w.mlp2_scales[size_t(le)],
-            lv.mlp2_bias.empty() ? no_bias : std::span<const float>(lv.mlp2_bias).subspan(size_t(le) * H, H), n, I, H,
-            *pool_);
+        linear(y, u, w.mlp2[size_t(le)],
+               lv.mlp2_bias.empty() ? no_bias : std::span<const float>(lv.mlp2_bias).subspan(size_t(le) * H, H), n, I,
+               H);
         // moe[t] += w · y                                               (b2 inside the weighted sum)
         for (int r = 0; r < n; ++r)
             cpu::add_scaled(std::span(moe).subspan(size_t(rows[r]) * H, H),
@@ -482,9 +598,7 @@ void CpuReference::unembed(const Step& step) {
     cpu::rmsnorm(normed, rows, final_norm_, n, c.d_model, c.norm_eps, *pool_);
     dump("final_norm", -1, normed);
     // logits = xn · Wunembᵀ (untied, no bias)                           [n, V]
-    const std::span<const bf16> unembedding =
-        bf16_view(weights_.unembedding).subspan(size_t(piece_.vocab.first) * c.d_model, size_t(V) * c.d_model);
-    cpu::matmul_bf16w(logits_, normed, unembedding, {}, n, c.d_model, V, *pool_);
+    linear(logits_, normed, unembedding_, {}, n, c.d_model, V);
     dump("logits", -1, logits_);
 }
 
@@ -507,7 +621,6 @@ void CpuReference::score_prompt(const Step& step) {
     const Config& c = config_;
     const int V = c.vocab_size;
     constexpr size_t kScoreRows = 64;
-    const std::span<const bf16> unembedding = bf16_view(weights_.unembedding).subspan(0, size_t(V) * c.d_model);
     std::vector<float> x, normed, logits;
     for (size_t first = 0; first < rows.size(); first += kScoreRows) {
         const size_t n = std::min(kScoreRows, rows.size() - first);
@@ -518,7 +631,7 @@ void CpuReference::score_prompt(const Step& step) {
             std::copy_n(x_.begin() + size_t(rows[first + r].row) * c.d_model, c.d_model, x.begin() + r * c.d_model);
         // xn = rmsnorm(x) · gain; logits = xn · Wunembᵀ, as in unembed()   [n, d_model] -> [n, V]
         cpu::rmsnorm(normed, x, final_norm_, int(n), c.d_model, c.norm_eps, *pool_);
-        cpu::matmul_bf16w(logits, normed, unembedding, {}, int(n), c.d_model, V, *pool_);
+        linear(logits, normed, unembedding_, {}, int(n), c.d_model, V);
         score_logit_rows(logits, V, std::span(rows).subspan(first, n), scores_);
     }
 }

@@ -22,6 +22,7 @@
 #include "comm/communicator.h"
 #include "core/bf16.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/fp8_matmul.h"
 #include "model/parallel_layout.h"
 #include "model/rope.h"
 #include "model/runner.h"
@@ -33,6 +34,9 @@ struct CpuReferenceOptions {
     // Host bytes offered to the KV cache (kv_budget_bytes()). 0: $OSPREY_CPU_KV_BYTES, else 2 GiB.
     size_t kv_budget_bytes = 0;
     int n_threads = 0;  // 0: the process-wide pool
+    // f32 (exact), or fp8_e4m3 (--kv-cache-dtype fp8: E4M3 codes with one multiplier per row and KV
+    // head, model/kv_spec.h); the sinks stay FP32 either way.
+    KvDtype kv_dtype = KvDtype::f32;
 
     // One rank of a parallel layout (model/parallel_runner.h drives them): the heads, experts, expert
     // columns and vocabulary rows this rank computes, and the groups its partial results are summed
@@ -61,7 +65,7 @@ public:
 
     const Config& config() const override { return config_; }
     std::string name() const override { return "cpu-reference"; }
-    KvDtype kv_dtype() const override { return KvDtype::f32; }
+    KvDtype kv_dtype() const override { return kv_dtype_; }
     KvSpec kv_spec(int page_size) const override;
     size_t kv_budget_bytes() const override { return kv_budget_; }
     void allocate_kv(const KvLayout& layout) override;
@@ -87,20 +91,47 @@ private:
     struct LayerVectors {
         std::vector<float> attn_norm, q_b, k_b, v_b, sinks, out_b, mlp_norm, router_b, mlp1_bias, mlp2_bias;
     };
-    // This rank's weights of one layer: views into the checkpoint where the piece is contiguous,
-    // else into owned copies (out_w by columns, mlp2 by its input groups). Experts per local expert.
-    struct LayerSlices {
-        std::span<const bf16> q_w, k_w, v_w;  // [heads · head_dim, H], [kv heads · head_dim, H] x2
-        std::span<const bf16> out_w;          // [H, heads · head_dim]
-        std::vector<bf16> out_w_owned;
-        std::vector<std::span<const uint8_t>> mlp1_blocks, mlp1_scales;  // [local][2 ff, H/32, 16], [2 ff, H/32]
-        std::vector<std::span<const uint8_t>> mlp2_blocks, mlp2_scales;  // [local][H, ff/32, 16], [H, ff/32]
-        std::vector<uint8_t> mlp2_owned;
+    // One [n_out, n_in] weight as this rank's matmuls read it, in the form it is stored: BF16 rows,
+    // an FP8 block-scaled window (cpu::Fp8Matrix) or MXFP4 blocks and scales. Exactly one is set.
+    struct Linear {
+        std::span<const bf16> dense;              // [n_out, n_in] BF16
+        cpu::Fp8Matrix fp8;                       // window [n_out, n_in] of the whole matrix
+        std::span<const uint8_t> blocks, scales;  // [n_out, n_in/32, 16], [n_out, n_in/32] MXFP4
+        static Linear of_bf16(std::span<const bf16> w) {
+            Linear l;
+            l.dense = w;
+            return l;
+        }
+        static Linear of_fp8(const cpu::Fp8Matrix& w) {
+            Linear l;
+            l.fp8 = w;
+            return l;
+        }
+        static Linear of_mxfp4(std::span<const uint8_t> blocks, std::span<const uint8_t> scales) {
+            Linear l;
+            l.blocks = blocks;
+            l.scales = scales;
+            return l;
+        }
     };
-    // K/V of one layer, rows of kv_dim floats: pages [n_pages, page_size, kv_dim] for a paged layer,
-    // rings [n_window_slots, sliding_window, kv_dim] for a ring layer (model/kv_spec.h).
+    // This rank's weights of one layer: views into the checkpoint where the piece is contiguous (an
+    // FP8 window always is), else into owned copies (BF16 out_w by columns, MXFP4 mlp2 by its input
+    // groups, BF16 mlp2 by columns). Experts per local expert.
+    struct LayerSlices {
+        Linear q_w, k_w, v_w;  // [heads · head_dim, H], [kv heads · head_dim, H] x2
+        Linear out_w;          // [H, heads · head_dim]
+        std::vector<bf16> out_w_owned;
+        std::vector<Linear> mlp1, mlp2;  // [local] [2 ff, H], [H, ff]
+        std::vector<uint8_t> mlp2_owned;
+        std::vector<std::vector<bf16>> mlp2_bf16_owned;
+    };
+    // K/V of one layer, rows of kv_dim values: pages [n_pages, page_size, kv_dim] for a paged layer,
+    // rings [n_window_slots, sliding_window, kv_dim] for a ring layer (model/kv_spec.h). FP32 rows
+    // (k, v), or FP8 codes (k8, v8) with a multiplier per row and KV head (k_scale, v_scale [rows, heads]).
     struct LayerKv {
         std::vector<float> k, v;
+        std::vector<uint8_t> k8, v8;
+        std::vector<float> k_scale, v_scale;
     };
     struct Step;  // the batch's per-token bookkeeping for one forward
 
@@ -112,6 +143,8 @@ private:
     void score_prompt(const Step& step);
     void dump(std::string_view name, int layer, std::span<const float> values) const;
     void slice_layer(int layer);
+    void linear(std::span<float> y, std::span<const float> x, const Linear& w, std::span<const float> bias,
+                int n_rows, int n_in, int n_out);
     // The logits of every vocabulary row, [n_logit_rows, vocab] (gathered from the ranks when split).
     void gather_logits(std::vector<float>& out);
     bool distributed_greedy(std::span<const SamplingParams> params, std::span<SampleResult> out);
@@ -121,6 +154,7 @@ private:
     std::unique_ptr<ThreadPool> own_pool_;  // when options.n_threads > 0
     ThreadPool* pool_ = nullptr;
     size_t kv_budget_ = 0;
+    KvDtype kv_dtype_ = KvDtype::f32;
     RopeTable rope_;
     std::vector<LayerVectors> vectors_;        // [n_layers]
     std::vector<LayerSlices> slices_;          // [n_layers]
@@ -131,12 +165,15 @@ private:
     comm::Communicator* dp_comm_ = nullptr;  // null, or size 1: no other DP group
     int q_local_ = 0, kv_local_ = 0;         // this rank's q and kv widths (heads · head_dim)
     std::vector<float> final_norm_;          // [d_model]
+    Linear unembedding_;                     // [piece_.vocab.count, d_model]
     KvLayout layout_;
     std::vector<LayerKv> kv_;  // [n_layers]
     DumpFn dump_;
 
     // Activations of the current step, [n_tokens, width] each.
     std::vector<float> x_, xn_, q_, k_, v_, attn_, proj_, router_, moe_;
+    std::vector<uint8_t> k8_, v8_;        // FP8 KV: this step's rows as codes [n_tokens, kv width]
+    std::vector<float> k_scale_, v_scale_;  // and multipliers [n_tokens, kv heads]
     std::vector<int32_t> expert_ids_;    // [n_tokens, top_k]
     std::vector<float> expert_weights_;  // [n_tokens, top_k]
     std::vector<float> logits_;          // [n_logit_rows, piece_.vocab.count]

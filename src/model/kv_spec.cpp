@@ -15,6 +15,8 @@ size_t kv_dtype_bytes(KvDtype dtype) {
             return 4;
         case KvDtype::bf16:
             return 2;
+        case KvDtype::fp8_e4m3:
+            return 1;
     }
     OSPREY_FAIL("unknown KV dtype ", int(dtype));
 }
@@ -25,8 +27,18 @@ std::string_view kv_dtype_name(KvDtype dtype) {
             return "f32";
         case KvDtype::bf16:
             return "bf16";
+        case KvDtype::fp8_e4m3:
+            return "fp8";
     }
     return "?";
+}
+
+std::optional<KvDtype> parse_kv_dtype(std::string_view name, std::string_view flag) {
+    if (name == "auto") return std::nullopt;
+    if (name == "fp8" || name == "fp8_e4m3") return KvDtype::fp8_e4m3;
+    if (name == "bf16") return KvDtype::bf16;
+    if (name == "f32" || name == "float32") return KvDtype::f32;
+    OSPREY_FAIL(flag, " must be auto, fp8, bf16 or f32, got '", name, "'");
 }
 
 void check_page_size(int page_size, std::string_view what) {
@@ -40,6 +52,7 @@ KvSpec::KvSpec(const Config& config, KvDtype dtype, int page_size, int tp)
     OSPREY_CHECK(tp >= 1 && config.n_kv_heads % tp == 0, "KV spec: ", config.n_kv_heads, " KV heads do not split over ",
                  tp, " tensor-parallel ranks");
     kv_dim_ = config.kv_dim() / tp;
+    n_kv_heads_ = config.n_kv_heads / tp;
     OSPREY_CHECK(config.n_layers > 0 && config.sliding_window > 0 && config.kv_dim() > 0, "KV spec: ", config.n_layers,
                  " layers, sliding window ", config.sliding_window, ", kv_dim ", config.kv_dim());
     const size_t row = 2 * tensor_row_bytes();  // K and V

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -30,10 +31,14 @@ namespace osprey::model {
 // odd layers over the whole context. Config parsing checks `layer_types` against it.
 bool is_sliding_layer(int layer);
 
-// The element type of cached K and V.
-enum class KvDtype : uint8_t { f32, bf16 };
-size_t kv_dtype_bytes(KvDtype dtype);
+// The element type of cached K and V. fp8_e4m3 (--kv-cache-dtype fp8, docs/fp8.md): each row holds
+// its K (or V) as E4M3 codes plus one F32 dequantisation multiplier per KV head (amax / 448 of that
+// head's head_dim values at that position), so a row never changes after it is written.
+enum class KvDtype : uint8_t { f32, bf16, fp8_e4m3 };
+size_t kv_dtype_bytes(KvDtype dtype);  // bytes of one element (the fp8 scales are counted per row)
 std::string_view kv_dtype_name(KvDtype dtype);
+// "fp8" (also "fp8_e4m3"), "bf16", "f32"/"float32", or "auto" (nullopt: the backend's own). Throws naming `flag`.
+std::optional<KvDtype> parse_kv_dtype(std::string_view name, std::string_view flag = "--kv-cache-dtype");
 
 // Tokens per page: the one place the bounds live (CLI flags, the engine and the benchmarks check here).
 inline constexpr int kMinPageSize = 1;
@@ -69,8 +74,12 @@ public:
     int sliding_window() const { return sliding_window_; }
     int n_layers() const { return int(kind_of_.size()); }
     int kv_dim() const { return kv_dim_; }
-    // Bytes of one position of one layer's K (or V): kv_dim elements.
-    size_t tensor_row_bytes() const { return size_t(kv_dim_) * kv_dtype_bytes(dtype_); }
+    int n_kv_heads() const { return n_kv_heads_; }  // this rank's KV heads (kv_dim / head_dim)
+    // Bytes of one position of one layer's K (or V): kv_dim elements, and with fp8 one F32 scale per
+    // KV head.
+    size_t tensor_row_bytes() const {
+        return size_t(kv_dim_) * kv_dtype_bytes(dtype_) + (dtype_ == KvDtype::fp8_e4m3 ? size_t(n_kv_heads_) * 4 : 0);
+    }
 
     const KvGroup& group(KvGroupKind kind) const { return groups_[size_t(kind)]; }
     const KvGroup& paged() const { return group(KvGroupKind::paged); }
@@ -90,6 +99,7 @@ private:
     int page_size_ = 0;
     int sliding_window_ = 0;
     int kv_dim_ = 0;
+    int n_kv_heads_ = 0;
     KvGroup groups_[kKvGroups];
     std::vector<KvGroupKind> kind_of_;  // [n_layers]
 };

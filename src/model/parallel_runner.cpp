@@ -50,6 +50,7 @@ ParallelRunner::ParallelRunner(const Weights& weights, ParallelRunnerOptions o)
                 return;
             }
             CpuReferenceOptions ro;
+            ro.kv_dtype = o.kv_dtype;
             ro.kv_budget_bytes = o.kv_budget_bytes;
             ro.n_threads = ctx.n_threads;
             ro.shard = CpuReferenceOptions::Shard{

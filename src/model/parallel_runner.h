@@ -60,6 +60,7 @@ struct ParallelRunnerOptions {
     ParallelLayout layout = {};
     size_t kv_budget_bytes = 0;  // per rank (CpuReferenceOptions); 0: $OSPREY_CPU_KV_BYTES, else 2 GiB
     int n_threads = 0;           // CPU threads in all, shared out over the ranks; 0: every core
+    KvDtype kv_dtype = KvDtype::f32;  // CpuReference ranks' KV cache (f32 or fp8_e4m3)
     // Another backend's ranks (empty: CpuReference shards). With it, make_device_group makes the
     // communicators of the ranks' activations (empty: in-process ones), and on_rank_thread runs first
     // on each rank's thread (the CUDA backend selects the rank's device there).

@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/file.h"
+#include "core/fp8.h"
 #include "core/json.h"
 #include "io/checkpoint.h"
 
@@ -13,6 +14,35 @@ namespace osprey::model {
 namespace fs = std::filesystem;
 
 const char* layout_name(Layout l) { return l == Layout::hf ? "hf" : "original"; }
+
+const char* weight_format_name(WeightFormat f) {
+    switch (f) {
+        case WeightFormat::mxfp4: return "mxfp4";
+        case WeightFormat::fp8: return "fp8";
+        case WeightFormat::bf16: return "bf16";
+    }
+    return "?";
+}
+
+WeightFormat LayerWeights::experts_format() const {
+    if (mlp1_w.shape.empty()) return WeightFormat::mxfp4;
+    return mlp1_w.dtype == DType::fp8_e4m3 ? WeightFormat::fp8 : WeightFormat::bf16;
+}
+
+WeightFormat LayerWeights::attention_format() const {
+    return q_w.dtype == DType::fp8_e4m3 ? WeightFormat::fp8 : WeightFormat::bf16;
+}
+
+WeightFormat Weights::unembedding_format() const {
+    return unembedding.dtype == DType::fp8_e4m3 ? WeightFormat::fp8 : WeightFormat::bf16;
+}
+
+std::string Weights::formats() const {
+    if (layers.empty()) return str("unembedding ", weight_format_name(unembedding_format()));
+    return str("experts ", weight_format_name(layers[0].experts_format()), ", attention ",
+               weight_format_name(layers[0].attention_format()), ", unembedding ",
+               weight_format_name(unembedding_format()));
+}
 
 namespace {
 
@@ -56,6 +86,17 @@ public:
                             ckpt_.file_of(name).string(), ")");
         }
         return *v;
+    }
+
+    bool has(const std::string& name) const { return ckpt_.find(name) != nullptr; }
+
+    // A linear weight [rows, cols]: BF16, or F8_E4M3 when `<prefix>.weight_scale_inv` exists, with
+    // its F32 block multipliers [nb(rows), nb(cols)] in `scale`.
+    TensorView take_linear(const std::string& prefix, int64_t rows, int64_t cols, TensorView& scale) {
+        const std::string scale_name = prefix + ".weight_scale_inv";
+        if (!has(scale_name)) return take(prefix + ".weight", {{DType::bf16}, {rows, cols}});
+        scale = take(scale_name, {{DType::f32}, {fp8::n_blocks(rows), fp8::n_blocks(cols)}});
+        return take(prefix + ".weight", {{DType::fp8_e4m3}, {rows, cols}});
     }
 
     void finish() const {
@@ -189,23 +230,37 @@ Weights Weights::from_checkpoint(const Config& c, Layout layout, std::shared_ptr
         LayerWeights& L = w.layers[size_t(i)];
         if (layout == Layout::hf) {
             L.attn_norm = ld.take(n.hf(i, "input_layernorm.weight"), {norm, {H}});
-            L.q_w = ld.take(n.hf(i, "self_attn.q_proj.weight"), {bf16, {Q, H}});
+            L.q_w = ld.take_linear(n.hf(i, "self_attn.q_proj"), Q, H, L.q_scale);
             L.q_b = ld.take(n.hf(i, "self_attn.q_proj.bias"), {bf16, {Q}});
-            L.k_w = ld.take(n.hf(i, "self_attn.k_proj.weight"), {bf16, {K, H}});
+            L.k_w = ld.take_linear(n.hf(i, "self_attn.k_proj"), K, H, L.k_scale);
             L.k_b = ld.take(n.hf(i, "self_attn.k_proj.bias"), {bf16, {K}});
-            L.v_w = ld.take(n.hf(i, "self_attn.v_proj.weight"), {bf16, {K, H}});
+            L.v_w = ld.take_linear(n.hf(i, "self_attn.v_proj"), K, H, L.v_scale);
             L.v_b = ld.take(n.hf(i, "self_attn.v_proj.bias"), {bf16, {K}});
             L.sinks = ld.take(n.hf(i, "self_attn.sinks"), {bf16, {c.n_heads}});
-            L.out_w = ld.take(n.hf(i, "self_attn.o_proj.weight"), {bf16, {H, Q}});
+            L.out_w = ld.take_linear(n.hf(i, "self_attn.o_proj"), H, Q, L.out_scale);
             L.out_b = ld.take(n.hf(i, "self_attn.o_proj.bias"), {bf16, {H}});
             L.mlp_norm = ld.take(n.hf(i, "post_attention_layernorm.weight"), {norm, {H}});
             L.router_w = ld.take(n.hf(i, "mlp.router.weight"), {bf16, {E, H}});
             L.router_b = ld.take(n.hf(i, "mlp.router.bias"), {bf16, {E}});
-            L.mlp1_blocks = ld.take(n.hf(i, "mlp.experts.gate_up_proj_blocks"), {u8, {E, 2 * I, H / 32, 16}});
-            L.mlp1_scales = ld.take(n.hf(i, "mlp.experts.gate_up_proj_scales"), {u8, {E, 2 * I, H / 32}});
+            if (ld.has(n.hf(i, "mlp.experts.gate_up_proj"))) {
+                // Converted experts (docs/fp8.md): [E, out, in] matrices, F8_E4M3 with block scales or BF16.
+                const bool fp8 = ld.has(n.hf(i, "mlp.experts.gate_up_proj_scales_inv"));
+                const std::vector<DType> w_dtype{fp8 ? DType::fp8_e4m3 : DType::bf16};
+                L.mlp1_w = ld.take(n.hf(i, "mlp.experts.gate_up_proj"), {w_dtype, {E, 2 * I, H}});
+                L.mlp2_w = ld.take(n.hf(i, "mlp.experts.down_proj"), {w_dtype, {E, H, I}});
+                if (fp8) {
+                    L.mlp1_scale = ld.take(n.hf(i, "mlp.experts.gate_up_proj_scales_inv"),
+                                           {{DType::f32}, {E, fp8::n_blocks(2 * I), fp8::n_blocks(H)}});
+                    L.mlp2_scale = ld.take(n.hf(i, "mlp.experts.down_proj_scales_inv"),
+                                           {{DType::f32}, {E, fp8::n_blocks(H), fp8::n_blocks(I)}});
+                }
+            } else {
+                L.mlp1_blocks = ld.take(n.hf(i, "mlp.experts.gate_up_proj_blocks"), {u8, {E, 2 * I, H / 32, 16}});
+                L.mlp1_scales = ld.take(n.hf(i, "mlp.experts.gate_up_proj_scales"), {u8, {E, 2 * I, H / 32}});
+                L.mlp2_blocks = ld.take(n.hf(i, "mlp.experts.down_proj_blocks"), {u8, {E, H, I / 32, 16}});
+                L.mlp2_scales = ld.take(n.hf(i, "mlp.experts.down_proj_scales"), {u8, {E, H, I / 32}});
+            }
             L.mlp1_bias = ld.take(n.hf(i, "mlp.experts.gate_up_proj_bias"), {bf16, {E, 2 * I}});
-            L.mlp2_blocks = ld.take(n.hf(i, "mlp.experts.down_proj_blocks"), {u8, {E, H, I / 32, 16}});
-            L.mlp2_scales = ld.take(n.hf(i, "mlp.experts.down_proj_scales"), {u8, {E, H, I / 32}});
             L.mlp2_bias = ld.take(n.hf(i, "mlp.experts.down_proj_bias"), {bf16, {E, H}});
         } else {
             L.attn_norm = ld.take(n.orig(i, "attn.norm.scale"), {norm, {H}});
@@ -232,7 +287,10 @@ Weights Weights::from_checkpoint(const Config& c, Layout layout, std::shared_ptr
         }
     }
     w.final_norm = ld.take(n.final_norm(), {norm, {H}});
-    w.unembedding = ld.take(n.unembedding(), {bf16, {V, H}});
+    if (layout == Layout::hf)
+        w.unembedding = ld.take_linear("lm_head", V, H, w.unembedding_scale);
+    else
+        w.unembedding = ld.take(n.unembedding(), {bf16, {V, H}});
     ld.finish();
     w.checkpoint = std::move(ckpt);
     return w;
@@ -243,11 +301,14 @@ void Weights::for_each(const std::function<void(const TensorView&)>& fn) const {
     for (const LayerWeights& L : layers) {
         for (const TensorView* v : {&L.attn_norm, &L.q_w, &L.q_b, &L.k_w, &L.k_b, &L.v_w, &L.v_b, &L.sinks, &L.out_w,
                                     &L.out_b, &L.mlp_norm, &L.router_w, &L.router_b, &L.mlp1_blocks, &L.mlp1_scales,
-                                    &L.mlp1_bias, &L.mlp2_blocks, &L.mlp2_scales, &L.mlp2_bias})
-            fn(*v);
+                                    &L.mlp1_bias, &L.mlp2_blocks, &L.mlp2_scales, &L.mlp2_bias, &L.q_scale,
+                                    &L.k_scale, &L.v_scale, &L.out_scale, &L.mlp1_w, &L.mlp1_scale, &L.mlp2_w,
+                                    &L.mlp2_scale})
+            if (!v->shape.empty()) fn(*v);
     }
     fn(final_norm);
     fn(unembedding);
+    if (!unembedding_scale.shape.empty()) fn(unembedding_scale);
 }
 
 size_t Weights::n_tensors() const { return checkpoint ? checkpoint->n_tensors() : 0; }

@@ -135,8 +135,15 @@ TEST(config, errors_name_the_field) {
     j.set("model_type", "llama");
     EXPECT_NE(error_of(j).find("model_type must be \"gpt_oss\""), std::string::npos);
     j = hf("gpt-oss-20b");
+    j.set("quantization_config", json::Value(json::Object{{"quant_method", "awq"}}));
+    EXPECT_NE(error_of(j).find("quant_method must be \"mxfp4\" or \"fp8\""), std::string::npos);
+    // fp8 (osprey convert, docs/fp8.md) must say its 128 x 128 blocks.
     j.set("quantization_config", json::Value(json::Object{{"quant_method", "fp8"}}));
-    EXPECT_NE(error_of(j).find("quant_method must be \"mxfp4\""), std::string::npos);
+    EXPECT_NE(error_of(j).find("weight_block_size must be [128, 128]"), std::string::npos);
+    j.set("quantization_config",
+          json::Value(json::Object{{"quant_method", "fp8"},
+                                   {"weight_block_size", json::Array{json::Value(128), json::Value(64)}}}));
+    EXPECT_NE(error_of(j).find("weight_block_size must be [128, 128]"), std::string::npos);
     EXPECT_NE(error_of(json::Value(json::Array{})).find("must be a JSON object"), std::string::npos);
 }
 

@@ -5,16 +5,25 @@
 #include <vector>
 
 #include "core/check.h"
+#include "core/fp8.h"
 
 namespace osprey::cpu {
 
 namespace {
 
-// Row of position p in the cache ([.., n_kv_heads * head_dim] rows), or of the fresh rows.
-const float* kv_row(const KvSource& kv, const float* cache, const float* fresh, int p, int row_width) {
-    if (p >= kv.n_cached) return fresh + int64_t(p - kv.n_cached) * kv.fresh_stride;
+// KV head g of position p ([head_dim] values): from the fresh rows, the FP32 cache, or decoded from
+// the FP8 cache into `tmp` [head_dim].
+const float* kv_head(const KvSource& kv, bool value, int p, int g, int d, int n_kv_heads, float* tmp) {
+    if (p >= kv.n_cached) return (value ? kv.fresh_v : kv.fresh_k) + int64_t(p - kv.n_cached) * kv.fresh_stride + g * d;
     const int64_t block = kv.ring ? kv.blocks[0] : kv.blocks[p / kv.block_rows];
-    return cache + (block * kv.block_rows + p % kv.block_rows) * row_width;
+    const int64_t row = block * kv.block_rows + p % kv.block_rows;
+    const int64_t row_width = int64_t(n_kv_heads) * d;
+    if (kv.cache_k8 == nullptr) return (value ? kv.cache_v : kv.cache_k) + row * row_width + g * d;
+    const uint8_t* codes = (value ? kv.cache_v8 : kv.cache_k8) + row * row_width + g * d;
+    const float scale = (value ? kv.cache_v_scale : kv.cache_k_scale)[row * n_kv_heads + g];
+    const auto& table = fp8::e4m3_table();
+    for (int c = 0; c < d; ++c) tmp[c] = table[codes[c]] * scale;
+    return tmp;
 }
 
 // First key position query position p attends to: the window's start, or the first present key.
@@ -39,7 +48,9 @@ void check_args(const AttentionArgs& a) {
     OSPREY_CHECK(kv.n_fresh == 0 || (kv.fresh_k && kv.fresh_v && kv.fresh_stride >= a.n_kv_heads * a.head_dim),
                  "attention: fresh rows missing or stride ", kv.fresh_stride, " too small");
     if (kv.n_cached > 0) {
-        OSPREY_CHECK(kv.cache_k && kv.cache_v && kv.block_rows > 0 && !kv.blocks.empty(),
+        const bool fp32 = kv.cache_k && kv.cache_v;
+        const bool fp8 = kv.cache_k8 && kv.cache_v8 && kv.cache_k_scale && kv.cache_v_scale;
+        OSPREY_CHECK((fp32 || fp8) && kv.block_rows > 0 && !kv.blocks.empty(),
                      "attention: ", kv.n_cached, " cached positions but no cache");
         OSPREY_CHECK(kv.ring || kv.blocks.size() * size_t(kv.block_rows) >= size_t(kv.n_cached),
                      "attention: page table of ", kv.blocks.size(), " pages cannot hold ", kv.n_cached,
@@ -63,11 +74,11 @@ void attention_sinks(const AttentionArgs& a, ThreadPool& pool) {
     check_args(a);
     const int d = a.head_dim;
     const int group = a.n_heads / a.n_kv_heads;
-    const int row_width = a.n_kv_heads * d;
     const int64_t n_items = int64_t(a.positions.size()) * a.n_heads;
     pool.parallel_for(n_items, [&](int64_t begin, int64_t end) {
         std::vector<float> scores;  // [n allowed keys] scaled logits
         std::vector<double> acc(d);  // [head_dim] unnormalised output
+        std::vector<float> tmp(d);   // [head_dim] one FP8 row's head, decoded
         for (int64_t item = begin; item < end; ++item) {
             const int64_t i = item / a.n_heads;
             const int h = int(item % a.n_heads);
@@ -80,7 +91,7 @@ void attention_sinks(const AttentionArgs& a, ThreadPool& pool) {
             scores.resize(p - first + 1);
             float max_logit = a.sinks[h];
             for (int j = first; j <= p; ++j) {
-                const float* k = kv_row(a.kv, a.kv.cache_k, a.kv.fresh_k, j, row_width) + g * d;  // [head_dim]
+                const float* k = kv_head(a.kv, false, j, g, d, a.n_kv_heads, tmp.data());  // [head_dim]
                 float s = 0.0f;
                 for (int c = 0; c < d; ++c) s += q[c] * k[c];
                 scores[j - first] = s * a.scale;
@@ -92,7 +103,7 @@ void attention_sinks(const AttentionArgs& a, ThreadPool& pool) {
             for (int j = first; j <= p; ++j) {
                 const double e = std::exp(double(scores[j - first]) - max_logit);
                 den += e;
-                const float* v = kv_row(a.kv, a.kv.cache_v, a.kv.fresh_v, j, row_width) + g * d;  // [head_dim]
+                const float* v = kv_head(a.kv, true, j, g, d, a.n_kv_heads, tmp.data());  // [head_dim]
                 for (int c = 0; c < d; ++c) acc[c] += e * v[c];
             }
             float* o = a.out.data() + item * d;  // [head_dim]

@@ -22,9 +22,15 @@ namespace osprey::cpu {
 //   positions [n_cached, n_cached + n_fresh) are this step's rows, not yet in the cache;
 //   positions [0, first_cached) are absent (a window ring refilled by a prefix-cache replay holds
 //   nothing older than the replay's start): queries attend only to keys that exist.
+//   The cache is FP32 (cache_k/cache_v) or FP8 E4M3 (cache_k8/cache_v8 with one F32 dequantisation
+//   multiplier per row and KV head, core/fp8.h): key = e4m3(code) * scale[row, head].
 struct KvSource {
     const float* cache_k = nullptr;    // [n_blocks_total, block_rows, n_kv_heads * head_dim]
     const float* cache_v = nullptr;    // same layout
+    const uint8_t* cache_k8 = nullptr;  // FP8 instead: [n_blocks_total, block_rows, n_kv_heads * head_dim]
+    const uint8_t* cache_v8 = nullptr;
+    const float* cache_k_scale = nullptr;  // [n_blocks_total, block_rows, n_kv_heads]
+    const float* cache_v_scale = nullptr;
     std::span<const int32_t> blocks = {};   // the sequence's page table, or its one window slot
     int block_rows = 0;
     bool ring = false;
