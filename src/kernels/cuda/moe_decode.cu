@@ -41,6 +41,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mbarrier.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
@@ -111,8 +112,7 @@ struct Chunk {
     uint32_t sa, sb;
 };
 
-#ifndef OSPREY_CUDA_EMULATION
-using mbar_t = uint64_t;
+#ifndef OSPREY_CUDA_EMULATION  // (mbar_t, smem_u32 and the mbarrier operations: mbarrier.cuh)
 
 __device__ __forceinline__ void griddep_wait() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
@@ -121,35 +121,6 @@ __device__ __forceinline__ void griddep_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::);
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(mbar_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (the bulk copies' completions).
-__device__ __forceinline__ void mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-// Returns once the phase of `bar` with this parity has completed.
-__device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
-}
 // An L2 policy for data read once (the expert weights): evicted first, so that the 50+ MB of experts
 // streamed per layer do not push out what the other kernels of the step reuse (measured: 20b batch 1
 // 432 -> 453 tokens/s).

@@ -63,6 +63,7 @@
 // under #ifndef OSPREY_CUDA_EMULATION are what the emulation replaces (PTX, launches).
 #ifndef OSPREY_CUDA_EMULATION
 #include "kernels/cuda/moe_mlp_wgmma.h"
+#include "kernels/cuda/mbarrier.cuh"
 
 #include <cuda_bf16.h>
 
@@ -144,41 +145,11 @@ constexpr size_t smem_bytes(int n_groups) {
     return 1024 + size_t(Cfg::kStages) * Cfg::kStageBytes + 2 * size_t(Cfg::kBM) * n_groups;
 }
 
-#ifndef OSPREY_CUDA_EMULATION
-using mbar_t = uint64_t;
+#ifndef OSPREY_CUDA_EMULATION  // (mbar_t, smem_u32 and the mbarrier operations: mbarrier.cuh)
 
 __device__ __forceinline__ uint8_t* dynamic_smem() {
     extern __shared__ __align__(16) uint8_t smem_raw[];
     return smem_raw;
-}
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(mbar_t* bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (bulk-copy completions).
-__device__ __forceinline__ void mbar_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(mbar_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(mbar_t* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-// Returns once the phase of `bar` with this parity has completed.
-__device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra WAIT;\n"
-        "}\n" ::"r"(smem_u32(bar)),
-        "r"(parity)
-        : "memory");
 }
 // bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
 __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
