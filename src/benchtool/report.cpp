@@ -1,5 +1,7 @@
 #include "benchtool/report.h"
 
+#include "core/file.h"
+
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -72,10 +74,7 @@ std::string markdown_table(const std::vector<std::string>& header, const std::ve
 }
 
 void write_text_file(const std::string& path, const std::string& text) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    OSPREY_CHECK(out.good(), "cannot open ", path, " for writing");
-    out << text;
-    OSPREY_CHECK(out.good(), "writing ", path, " failed");
+    write_file(path, text);
 }
 
 }  // namespace osprey::benchtool

@@ -25,4 +25,12 @@ std::string read_file(const std::filesystem::path& path) {
     return data;
 }
 
+void write_file(const std::filesystem::path& path, std::string_view text) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+    if (!f) OSPREY_FAIL("cannot write ", path.string(), ": cannot create (", std::strerror(errno), ")");
+    const bool ok = std::fwrite(text.data(), 1, text.size(), f.get()) == text.size();
+    const bool closed = std::fclose(f.release()) == 0;
+    if (!ok || !closed) OSPREY_FAIL("cannot write ", path.string(), ": write error (", std::strerror(errno), ")");
+}
+
 }  // namespace osprey

@@ -1,5 +1,7 @@
 #include "io/safetensors_writer.h"
 
+#include <cstdio>
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -147,6 +149,12 @@ uint64_t write_safetensors(const fs::path& path, const std::vector<TensorSpec>& 
     fs::rename(tmp, path, ec);
     OSPREY_CHECK(!ec, "cannot rename ", tmp.string(), " to ", path.string(), ": ", ec.message());
     return total;
+}
+
+std::string shard_file_name(size_t k, size_t last) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k, last);
+    return buf;
 }
 
 }  // namespace osprey::io

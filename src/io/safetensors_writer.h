@@ -38,6 +38,10 @@ std::string make_header(const std::vector<TensorSpec>& specs,
 
 // Writes `path` (via a temporary file renamed at the end, so a crash never leaves a valid-looking
 // partial file). Returns the number of bytes written. Throws naming the path on I/O errors.
+// The file name of shard k (0-based) of a checkpoint whose last shard is `last`, as Hugging Face names
+// them: model-0000k-of-0000last.safetensors.
+std::string shard_file_name(size_t k, size_t last);
+
 uint64_t write_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
                            const std::vector<std::pair<std::string, std::string>>& metadata,
                            const FillFn& fill, const WriteOptions& options = {});

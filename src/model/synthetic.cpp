@@ -46,6 +46,7 @@
 
 #include "core/bf16.h"
 #include "core/check.h"
+#include "core/file.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "io/safetensors_writer.h"
@@ -374,20 +375,6 @@ void fill_bytes(const Generator& g, const Config& c, const Planned& p, uint64_t 
     }
 }
 
-void write_text(const fs::path& p, const std::string& text) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    OSPREY_CHECK(f.good(), p.string(), ": cannot create");
-    f << text;
-    f.close();
-    OSPREY_CHECK(f.good(), p.string(), ": write failed");
-}
-
-std::string shard_name(size_t k, size_t last) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k, last);
-    return buf;
-}
-
 }  // namespace
 
 std::vector<std::string> preset_names() {
@@ -477,7 +464,7 @@ SyntheticResult write_synthetic_checkpoint(const Config& config, const Synthetic
     std::vector<std::pair<std::string, std::string>> entries;
     uint64_t total_size = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string file = o.layout == Layout::hf ? shard_name(s, shards.size() - 1) : "model.safetensors";
+        const std::string file = o.layout == Layout::hf ? io::shard_file_name(s, shards.size() - 1) : "model.safetensors";
         std::vector<io::TensorSpec> specs;
         for (size_t i : shards[s]) {
             specs.push_back(plan[i].spec);
@@ -515,16 +502,16 @@ SyntheticResult write_synthetic_checkpoint(const Config& config, const Synthetic
         meta.set("total_size", total_size);
         index.set("metadata", meta);
         index.set("weight_map", weight_map);
-        write_text(dir / "model.safetensors.index.json", index.dump(2) + "\n");
-        write_text(dir / "config.json", config.to_hf_json().dump(2) + "\n");
-        write_text(dir / "generation_config.json", config.to_generation_config_json().dump(2) + "\n");
+        write_file(dir / "model.safetensors.index.json", index.dump(2) + "\n");
+        write_file(dir / "config.json", config.to_hf_json().dump(2) + "\n");
+        write_file(dir / "generation_config.json", config.to_generation_config_json().dump(2) + "\n");
         for (const char* f : {"model.safetensors.index.json", "config.json", "generation_config.json"})
             result.files.push_back(dir / f);
     } else {
         json::Value dtypes{json::Object{}};
         for (const Planned& p : plan) dtypes.set(p.spec.name, p.logical);
-        write_text(dir / "config.json", config.to_original_json().dump(2) + "\n");
-        write_text(dir / "dtypes.json", dtypes.dump(2) + "\n");
+        write_file(dir / "config.json", config.to_original_json().dump(2) + "\n");
+        write_file(dir / "dtypes.json", dtypes.dump(2) + "\n");
         result.files.push_back(dir / "config.json");
         result.files.push_back(dir / "dtypes.json");
     }

@@ -249,20 +249,6 @@ struct Planned {
     MatrixSource src;  // fp8_*: the matrix to quantise
 };
 
-void write_text(const fs::path& p, const std::string& text) {
-    std::ofstream f(p, std::ios::binary | std::ios::trunc);
-    OSPREY_CHECK(f.good(), p.string(), ": cannot create");
-    f << text;
-    f.close();
-    OSPREY_CHECK(f.good(), p.string(), ": write failed");
-}
-
-std::string shard_name(size_t k, size_t last) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "model-%05zu-of-%05zu.safetensors", k, last);
-    return buf;
-}
-
 // Bytes [offset, offset + n) of a quantised tensor: the bands they fall in are quantised again (a
 // band that straddles two fill chunks is computed twice; the results are identical).
 void fill_fp8(const Planned& p, uint64_t offset, uint8_t* out, size_t n) {
@@ -438,7 +424,7 @@ ConvertResult write_fp8_checkpoint(const ConvertOptions& o) {
     std::vector<std::pair<std::string, std::string>> entries;
     uint64_t total = 0;
     for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string file = shard_name(s, shards.size() - 1);
+        const std::string file = io::shard_file_name(s, shards.size() - 1);
         std::vector<io::TensorSpec> specs;
         for (size_t i : shards[s]) {
             specs.push_back(plan[i].spec);
@@ -473,8 +459,8 @@ ConvertResult write_fp8_checkpoint(const ConvertOptions& o) {
     json::Value index{json::Object{}};
     index.set("metadata", meta);
     index.set("weight_map", weight_map);
-    write_text(o.out / "model.safetensors.index.json", index.dump(2) + "\n");
-    write_text(o.out / "config.json", fp8_config(w, o.parts).dump(2) + "\n");
+    write_file(o.out / "model.safetensors.index.json", index.dump(2) + "\n");
+    write_file(o.out / "config.json", fp8_config(w, o.parts).dump(2) + "\n");
     result.files.push_back(o.out / "model.safetensors.index.json");
     result.files.push_back(o.out / "config.json");
     // Everything else at the top of the input folder (tokenizer, generation config, chat template).

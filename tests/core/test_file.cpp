@@ -42,3 +42,25 @@ TEST(file, errors_name_the_path_and_the_reason) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(file, writes_and_truncates) {
+    const fs::path p = fs::temp_directory_path() / ("osprey_test_write_" + std::to_string(::getpid()));
+    std::string bytes(70000, '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char(i * 13 + 1);
+    osprey::write_file(p, bytes);
+    EXPECT_EQ(osprey::read_file(p), bytes);
+    osprey::write_file(p, "short");
+    EXPECT_EQ(osprey::read_file(p), "short") << "the old, longer contents must be gone";
+    fs::remove(p);
+    try {
+        osprey::write_file("/nonexistent/dir/file.json", "x");
+        FAIL() << "no error for a missing directory";
+    } catch (const osprey::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("cannot write /nonexistent/dir/file.json: cannot create"), std::string::npos)
+            << e.what();
+    }
+}
+
+}  // namespace
