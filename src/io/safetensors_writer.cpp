@@ -157,4 +157,18 @@ std::string shard_file_name(size_t k, size_t last) {
     return buf;
 }
 
+std::vector<std::vector<size_t>> group_into_shards(const std::vector<uint64_t>& sizes, uint64_t max_bytes) {
+    std::vector<std::vector<size_t>> shards;
+    uint64_t used = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        if (shards.empty() || (used > 0 && used + sizes[i] > max_bytes)) {
+            shards.emplace_back();
+            used = 0;
+        }
+        shards.back().push_back(i);
+        used += sizes[i];
+    }
+    return shards;
+}
+
 }  // namespace osprey::io

@@ -41,6 +41,9 @@ std::string make_header(const std::vector<TensorSpec>& specs,
 // The file name of shard k (0-based) of a checkpoint whose last shard is `last`, as Hugging Face names
 // them: model-0000k-of-0000last.safetensors.
 std::string shard_file_name(size_t k, size_t last);
+// Tensors (by their byte sizes, in order) grouped into shards of at most max_bytes each (a larger
+// tensor gets a shard of its own): the indices of each shard's tensors.
+std::vector<std::vector<size_t>> group_into_shards(const std::vector<uint64_t>& sizes, uint64_t max_bytes);
 
 uint64_t write_safetensors(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
                            const std::vector<std::pair<std::string, std::string>>& metadata,

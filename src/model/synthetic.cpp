@@ -445,16 +445,9 @@ SyntheticResult write_synthetic_checkpoint(const Config& config, const Synthetic
     // Groups of plan indices, one per output file.
     std::vector<std::vector<size_t>> shards;
     if (o.layout == Layout::hf) {
-        uint64_t used = 0;
-        for (size_t i = 0; i < plan.size(); ++i) {
-            const uint64_t b = plan[i].spec.nbytes();
-            if (shards.empty() || (used > 0 && used + b > o.max_shard_bytes)) {
-                shards.emplace_back();
-                used = 0;
-            }
-            shards.back().push_back(i);
-            used += b;
-        }
+        std::vector<uint64_t> sizes;
+        for (const Planned& p : plan) sizes.push_back(p.spec.nbytes());
+        shards = io::group_into_shards(sizes, o.max_shard_bytes);
     } else {
         shards.emplace_back(plan.size());
         std::iota(shards.back().begin(), shards.back().end(), size_t(0));

@@ -409,17 +409,9 @@ ConvertResult write_fp8_checkpoint(const ConvertOptions& o) {
     const std::vector<Planned> plan = plan_fp8(w, o.parts);
     const auto t0 = std::chrono::steady_clock::now();
 
-    std::vector<std::vector<size_t>> shards;
-    uint64_t used = 0;
-    for (size_t i = 0; i < plan.size(); ++i) {
-        const uint64_t b = plan[i].spec.nbytes();
-        if (shards.empty() || (used > 0 && used + b > o.max_shard_bytes)) {
-            shards.emplace_back();
-            used = 0;
-        }
-        shards.back().push_back(i);
-        used += b;
-    }
+    std::vector<uint64_t> sizes;
+    for (const Planned& p : plan) sizes.push_back(p.spec.nbytes());
+    const std::vector<std::vector<size_t>> shards = io::group_into_shards(sizes, o.max_shard_bytes);
     ConvertResult result;
     std::vector<std::pair<std::string, std::string>> entries;
     uint64_t total = 0;

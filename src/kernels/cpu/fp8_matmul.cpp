@@ -4,24 +4,12 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/matmul.h"
 #include "core/fp8.h"
 
 namespace osprey::cpu {
 
 namespace {
-
-constexpr int kLanes = 16;
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-    float lane[kLanes] = {};
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        for (int j = 0; j < kLanes; ++j) lane[j] += a[i + j] * b[i + j];
-    for (int j = 0; i < n; ++i, ++j) lane[j] += a[i] * b[i];
-    for (int width = kLanes / 2; width > 0; width /= 2)
-        for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
-    return lane[0];
-}
 
 // Scale row of the window's row `row` (a pointer to the whole matrix's row of block multipliers).
 const float* scale_row(const Fp8Matrix& w, int64_t row) {

@@ -27,6 +27,17 @@ float dot_bf16(const bf16* w, const float* x, int n) {
     return lane[0];
 }
 
+float dot_f32(const float* a, const float* b, int64_t n) {
+    float lane[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) lane[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; ++i, ++j) lane[j] += a[i] * b[i];
+    for (int width = kLanes / 2; width > 0; width /= 2)
+        for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
+    return lane[0];
+}
+
 void matmul_bf16w(std::span<float> y, std::span<const float> x, std::span<const bf16> w,
                   std::span<const float> bias, int n_rows, int n_in, int n_out, ThreadPool& pool) {
     OSPREY_CHECK(n_rows >= 0 && n_in > 0 && n_out > 0, "matmul: bad shape rows=", n_rows, " in=", n_in,

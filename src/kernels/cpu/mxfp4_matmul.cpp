@@ -4,26 +4,10 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cpu/matmul.h"
 #include "core/mxfp4.h"
 
 namespace osprey::cpu {
-
-namespace {
-
-constexpr int kLanes = 16;
-
-float dot_f32(const float* a, const float* b, int n) {
-    float lane[kLanes] = {};
-    int i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        for (int j = 0; j < kLanes; ++j) lane[j] += a[i + j] * b[i + j];
-    for (int j = 0; i < n; ++i, ++j) lane[j] += a[i] * b[i];
-    for (int width = kLanes / 2; width > 0; width /= 2)
-        for (int j = 0; j < width; ++j) lane[j] += lane[j + width];
-    return lane[0];
-}
-
-}  // namespace
 
 void mxfp4_dequantize_row(std::span<float> out, const uint8_t* blocks, const uint8_t* scales) {
     OSPREY_CHECK(out.size() % kMxfp4BlockElems == 0, "mxfp4: row length ", out.size(), " is not a multiple of ",
