@@ -38,12 +38,9 @@ int run_convert(const std::vector<std::string>& argv) {
     o.model = args.get("model");
     o.out = args.get("out");
     if (args.has("convert")) o.parts = model::parse_fp8_parts(args.get("convert"));
-    const long long shard_mb = args.get_int("max-shard-mb", 4800);
-    OSPREY_CHECK(shard_mb > 0, "--max-shard-mb must be > 0, got ", shard_mb);
-    o.max_shard_bytes = uint64_t(shard_mb) * 1000000ull;
-    const long long threads = args.get_int("threads", 0);
-    OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
-    o.threads = int(threads);
+    const cli::WriterFlags wf = cli::writer_flags(args);
+    o.max_shard_bytes = wf.max_shard_bytes;
+    o.threads = wf.threads;
     const model::ConvertResult r = model::write_fp8_checkpoint(o);
     std::printf("converted %s to fp8 (%s) in %s\n", o.model.string().c_str(), model::fp8_parts_name(o.parts).c_str(),
                 o.out.string().c_str());

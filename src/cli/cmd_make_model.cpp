@@ -44,12 +44,9 @@ int run_make_model(const std::vector<std::string>& argv) {
     const std::string layout = args.get("layout", "hf");
     OSPREY_CHECK(layout == "hf" || layout == "original", "--layout must be hf or original, got '", layout, "'");
     o.layout = layout == "hf" ? model::Layout::hf : model::Layout::original;
-    const long long shard_mb = args.get_int("max-shard-mb", 4800);
-    OSPREY_CHECK(shard_mb > 0, "--max-shard-mb must be > 0, got ", shard_mb);
-    o.max_shard_bytes = uint64_t(shard_mb) * 1000000ull;
-    const long long threads = args.get_int("threads", 0);
-    OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
-    o.threads = int(threads);
+    const cli::WriterFlags wf = cli::writer_flags(args);
+    o.max_shard_bytes = wf.max_shard_bytes;
+    o.threads = wf.threads;
     if (args.has("tokenizer-file")) {
         o.tokenizer_file = args.get("tokenizer-file");
     } else if (const char* env = std::getenv("OSPREY_TIKTOKEN_FILE"); env != nullptr && *env) {

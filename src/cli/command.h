@@ -3,6 +3,7 @@
 // The executable is built from every cmd_*.cpp in this folder.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -46,6 +47,14 @@ private:
     std::vector<std::pair<std::string, std::string>> values_;
     std::vector<std::string> positional_;
 };
+
+// The checkpoint writers' common flags (make-model, convert): --max-shard-mb (default 4800, > 0) as
+// bytes and --threads (default 0: all cores, at most 1024). Throws osprey::Error naming a bad value.
+struct WriterFlags {
+    uint64_t max_shard_bytes = 0;
+    int threads = 0;
+};
+WriterFlags writer_flags(const Args& args);
 
 }  // namespace osprey::cli
 

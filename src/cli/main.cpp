@@ -111,6 +111,14 @@ double Args::get_double(std::string_view flag, double fallback) const {
     return x;
 }
 
+WriterFlags writer_flags(const Args& args) {
+    const long long shard_mb = args.get_int("max-shard-mb", 4800);
+    OSPREY_CHECK(shard_mb > 0, "--max-shard-mb must be > 0, got ", shard_mb);
+    const long long threads = args.get_int("threads", 0);
+    OSPREY_CHECK(threads >= 0 && threads <= 1024, "--threads must be in [0, 1024], got ", threads);
+    return {.max_shard_bytes = uint64_t(shard_mb) * 1000000ull, .threads = int(threads)};
+}
+
 }  // namespace osprey::cli
 
 namespace {

@@ -119,7 +119,7 @@ using Variants = std::tuple<Config<2, 128, 5, false>,  // 0: 256 x 128 tiles, 5 
                             Config<2, 128, 5, true>,   // 1: 0 + idle m-blocks of partial m-tiles skipped
                             Config<2, 128, 7, true>,   // 2: 1 + 7 stages
                             Config<1, 256, 5, true>,   // 3: 128 x 256 tiles (m64n256), idle m-blocks skipped
-                            Config<2, 64, 8, true>>;   // 4: 256 x 64 tiles (m64n64), 8 stages, idle skipped    // 5: 256 x 64 tiles (m64n64), 8 stages
+                            Config<2, 64, 8, true>>;   // 4: 256 x 64 tiles (m64n64), 8 stages, idle skipped
 constexpr int kVariants = int(std::tuple_size_v<Variants>);
 template <int kVariant>
 using Variant = std::tuple_element_t<kVariant, Variants>;
