@@ -33,6 +33,16 @@ inline thread_local unsigned char* g_dyn_smem = nullptr;
 inline dim3 gridDim;
 namespace osprey::cuda {
 inline constexpr int kWarpSize = 32;
+using std::min;
+inline void pdl_enter() {}
+inline void prefetch_l2_bulk(const void*, uint32_t) {}  // an L2 hint: nothing to emulate
+inline float __ldcg(const float* p) { return *p; }
+struct __nv_bfloat162 { bf16 x, y; };
+// The norm prologue (kNorm) has its own test on the GPU (test_linear); the emulation runs kNorm = false.
+struct GemvNorm { const float *res, *moe_y, *moe_w, *gain; bf16* h; float eps; };
+template <int kThreads>
+void rmsnorm_row(const float*, const float*, const float*, const float*, const float*, const float*, int, float,
+                 __nv_bfloat162*) {}
 // mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32 from PTX's fragment layout (lane: g = lane / 4,
 // q = lane % 4): A regs {a0: row g, k 2q..2q+1; a1: row g+8, k 2q..; a2: row g, k 2q+8..; a3: row
 // g+8, k 2q+8..}, B regs {b0: k 2q..2q+1, col g; b1: k 2q+8.., col g}, C {row g col 2q, 2q+1; row g+8
@@ -89,7 +99,7 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, int grid, size_
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
                 g_dyn_smem = smem.data();
-                auto run = [&]<int kT, bool kF>() { gemv_kernel<kT, kF>(p); };
+                auto run = [&]<int kT, bool kF>() { gemv_kernel<kT, kF, false>(p); };
                 if (tiles == 1) f32 ? run.operator()<1, true>() : run.operator()<1, false>();
                 if (tiles == 2) f32 ? run.operator()<2, true>() : run.operator()<2, false>();
                 if (tiles == 4) f32 ? run.operator()<4, true>() : run.operator()<4, false>();
