@@ -35,7 +35,6 @@ namespace osprey::cuda {
 inline constexpr int kWarpSize = 32;
 using std::min;
 inline void pdl_enter() {}
-inline void prefetch_l2_bulk(const void*, uint32_t) {}  // an L2 hint: nothing to emulate
 inline float __ldcg(const float* p) { return *p; }
 struct __nv_bfloat162 { bf16 x, y; };
 // The norm prologue (kNorm) has its own test on the GPU (test_linear); the emulation runs kNorm = false.

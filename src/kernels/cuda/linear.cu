@@ -6,9 +6,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string>
 
 #include <cuda_bf16.h>
 
@@ -53,11 +51,6 @@ namespace {
 // partial tiles are summed through shared memory in a fixed order (deterministic), then bias,
 // residual and rounding. The grid is persistent (at most 2 CTAs per SM, grid-stride over row blocks)
 // so the large unembedding keeps its prefetch running across row blocks.
-// cp.async.bulk.prefetch.L2: a hint, no completion to wait for; 16-byte aligned, multiple of 16 bytes.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvLoads = 8;      // 16-byte weight loads per lane per round (x2: double-buffered)
@@ -75,9 +68,7 @@ struct GemvParams {
     GemvNorm norm;            // kNorm: x = this norm of the residual, computed in every CTA
     const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
     const float* acc_moe_w;
-    bool l2_prefetch;         // one thread per CTA asks L2 for the CTA's whole weight slice at launch
 };
-
 
 // Row stride of the staged x: K rounded up to 64 elements plus 32, so that rows g and g + 1 of one
 // 8-lane phase of a 16-byte shared load fall into different halves of the 32 banks.
@@ -133,18 +124,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         }
     };
 
-    if (p.l2_prefetch && threadIdx.x == 0) {
-        // Every row block of this CTA is one contiguous run of rows * K * 2 bytes: ask L2 for all of it
-        // now, so HBM streams while the CTA waits on its producer, stages or normalises x, and sums
-        // its partial tiles (the register loads below then mostly hit L2).
-        for (int i = 0; i < my_blocks; ++i) {
-            const int row0 = (int(blockIdx.x) + i * int(gridDim.x)) * kRows;
-            const size_t bytes = size_t(min(kRows, N - row0)) * K * sizeof(bf16);
-            const char* base = reinterpret_cast<const char*>(p.w + size_t(row0) * K);
-            for (size_t off = 0; off < bytes; off += 32768)
-                prefetch_l2_bulk(base + off, uint32_t(bytes - off < 32768 ? bytes - off : 32768));
-        }
-    }
     uint4 cur[kUnroll][kTiles];
     load_step(0, cur);  // in flight while x is staged
     // The weights are constant, so their first loads go out before the wait: when the previous kernel
@@ -261,17 +240,6 @@ bool aligned16(const void* p) {
     return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
-// Weights small enough to sit in L2 while they stream (qkv 29.5 MB, out-proj 23.6 MB, routers; the
-// 1.16 GB unembedding is not prefetched). $OSPREY_GEMV_L2_PREFETCH=0/1 overrides (read once).
-constexpr size_t kGemvL2PrefetchMaxBytes = size_t(32) << 20;
-bool gemv_l2_prefetch_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("OSPREY_GEMV_L2_PREFETCH");
-        return v ? std::string(v) != "0" : kGemvL2PrefetchDefault;
-    }();
-    return on;
-}
-
 // Rows per CTA: the most (fewest x copies into shared memory, x traffic = T / rows of the weight's)
 // that still gives every SM a CTA; small N (the routers) takes 8 rows per CTA, K split over 8 warps.
 int gemv_rows_auto(int n_out) {
@@ -315,9 +283,7 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .accumulate = a.accumulate,
                        .norm = a.norm,
                        .acc_moe_y = a.acc_moe_y,
-                       .acc_moe_w = a.acc_moe_w,
-                       .l2_prefetch = gemv_l2_prefetch_enabled() && a.n_in % 8 == 0 &&
-                                      size_t(a.n_out) * a.n_in * sizeof(bf16) <= kGemvL2PrefetchMaxBytes};
+                       .acc_moe_w = a.acc_moe_w};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {

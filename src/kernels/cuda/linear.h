@@ -52,11 +52,7 @@ struct GemvNorm {
     bf16* h = nullptr;             // [T, d] bf16: the normed rows, written by one CTA (or null)
     float eps = 1e-5f;
 };
-inline constexpr int kGemvNormMaxTokens = 2;
-// The GEMV asks L2 for each CTA's whole weight slice at launch (cp.async.bulk.prefetch.L2) for weights
-// up to 32 MB (qkv, out-proj, routers), so HBM streams during the PDL wait, the norm prologue and the
-// x staging. $OSPREY_GEMV_L2_PREFETCH=0/1 overrides this default.
-inline constexpr bool kGemvL2PrefetchDefault = false;  // measured: +3.9% at batch 1, -6% at batch 8 (L2 reads)
+inline constexpr int kGemvNormMaxTokens = 2;  // measured: +3.9% at batch 1, -6% at batch 8 (L2 reads)
 
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy

@@ -42,8 +42,7 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
                        .ldx = ldx,
                        .ldy = ldy,
                        .xs_ld = cuda::gemv_xs_ld(k),
-                       .accumulate = acc,
-                       .l2_prefetch = true};
+                       .accumulate = acc};
     const int n_blocks = (n + rows - 1) / rows;
     const int grid = std::min(n_blocks, grid_cap);
     cuda::emu_launch(p, rows / 8, f32, grid, cuda::gemv_smem_bytes(rows / 8, t_count, k));
