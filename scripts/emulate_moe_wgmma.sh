@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Checks the wgmma MoE expert GEMMs' logic (tile schedule, producer/consumer mbarrier ring, cp.async
 # swizzle, shared-memory descriptors, wgmma fragment layouts and the lazily executed wait_group, FP4
-# decode, bias in the accumulators, epilogues) on a machine without a GPU: compiles the device code of
+# decode (into registers, or for the SS variants into the swizzled shared-memory A tile and its second
+# mbarrier ring), bias in the accumulators, epilogues) on a machine without a GPU: compiles the device code of
 # src/kernels/cuda/moe_mlp_wgmma.cu as C++ against the CPU emulation (tests/kernels/emu/cuda_emulation.h,
 # moe_decode_emulation.h, moe_wgmma_emulation.h: one std::thread per CUDA thread) and compares u and y
 # with the CPU reference on small shapes and several grid sizes, for every kernel variant
-# (moe_wgmma::Variants; EMULATE_VARIANT=N runs only N); about 40 s per variant on 2 cores.
+# (moe_wgmma::Variants; EMULATE_VARIANT=N runs only N, EMULATE_SHAPE=name only that shape); about a
+# minute per variant on 2 cores.
 #   usage: scripts/emulate_moe_wgmma.sh BUILD_DIR [seed]
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail

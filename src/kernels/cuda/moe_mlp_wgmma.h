@@ -31,8 +31,8 @@ struct MoeWgmmaProblem {
     int variant = -1;                        // kernel configuration; -1: moe_wgmma_default_variant()
 };
 
-// The kernel's compile-time configurations ("variants", moe_mlp_wgmma.cu: tile shape, MMA depth,
-// stages), numbered 0 .. moe_wgmma_variants() - 1. 0 is the default; the others are candidates timed
+// The kernel's compile-time configurations ("variants", moe_mlp_wgmma.cu: register-A or SS form, tile
+// shape, stages), numbered 0 .. moe_wgmma_variants() - 1. 0 is the default; the others are candidates timed
 // against it (bench_moe "mlp1 wgmma vN") and checked by test_moe_mlp under the same cases.
 int moe_wgmma_variants();
 // $OSPREY_MOE_WGMMA_VARIANT (read once; 0 when unset; anything else than 0 .. variants - 1 throws).

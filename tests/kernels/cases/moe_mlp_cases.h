@@ -43,7 +43,7 @@ using cuda::MoeKernel;
 inline constexpr int kTopK = 4;
 // Mirrors the tile constants of kernels/cuda/moe_mlp_mxfp4.cu and moe_mlp_wgmma.cu.
 inline constexpr int kGemvRows = 8, kNarrowRows = 32, kGemmRows = 128;  // routed rows per token tile
-inline constexpr int kWgmmaRows = 128;
+inline constexpr int kWgmmaRows = 128, kWgmmaSsRows160 = 160;  // also 256 (variants 3 and 6), 64 (4), 160 (7)
 inline constexpr int kGemvBM = 32, kGemmBM = 128, kWgmmaBM = 256;        // weight rows per block / tile
 inline constexpr int kBK = 64;                                           // k per pipeline stage
 inline constexpr int kWgmmaStages = 5;
@@ -480,6 +480,9 @@ inline std::vector<Case> cases() {
     for (int n : {kGemmRows - 1, kGemmRows, kGemmRows + 1, 2 * kGemmRows + 7})
         add(k20b, n, MoeKernel::gemm, Use::check_only, 4, "tiles_");
     for (int n : {kWgmmaRows - 1, kWgmmaRows, kWgmmaRows + 1, 2 * kWgmmaRows + 7})
+        add(k20b, n, MoeKernel::wgmma, Use::check_only, 4, "tiles_");
+    // One row past the 160- and 256-row tiles of the SS variants (a second tile of one row).
+    for (int n : {kWgmmaSsRows160 + 1, 2 * kWgmmaRows + 1})
         add(k20b, n, MoeKernel::wgmma, Use::check_only, 4, "tiles_");
     // wgmma's m-tile and ring edges, ragged experts (1..~200 rows, some with none), one to many tiles.
     for (int n : {1, 40, 300}) add(kWgmmaEdges, n, MoeKernel::wgmma, Use::check_only);

@@ -1,12 +1,13 @@
 // Runs the wgmma MoE expert GEMMs' device code (src/kernels/cuda/moe_mlp_wgmma.cu, compiled as C++ against
 // moe_wgmma_emulation.h) on the CPU and compares u (mlp1) and y (mlp2, fed the emulated u) with the CPU
 // reference (mxfp4_matmul, swiglu), on small shapes cut at the kernel's tile constants: experts with 0,
-// 1, 127..130, 262 routed rows (partial, full and several token tiles), weight rows that leave partial
-// m-tiles (half a warpgroup's rows, a whole warpgroup idle), k-loops shorter than, equal to and longer
-// than the pipeline ring, and persistent grids of 1 CTA (every tile through one ring) up to more CTAs
-// than tiles. Dynamic shared memory starts as 0xFF bytes (BF16 NaN), so reading what was never copied
-// shows. Every kernel variant (moe_wgmma::Variants) runs the same cases ($EMULATE_VARIANT=N: only N).
-// Not a CTest test (about 40 s per variant on 2 cores).
+// 1, 127..130, 159..161, 255..257, 262 routed rows (partial, full and several token tiles of 128, 160
+// and 256 rows), weight rows that leave partial m-tiles (half a warpgroup's rows, a whole warpgroup
+// idle), k-loops shorter than, equal to and longer than the pipeline ring (and than the SS form's load
+// lookahead, so its loads cross tile boundaries), and persistent grids of 1 CTA (every tile through one
+// ring) up to more CTAs than tiles. Dynamic shared memory starts as 0xFF bytes (BF16 NaN), so reading
+// what was never copied shows. Every kernel variant (moe_wgmma::Variants) runs the same cases
+// ($EMULATE_VARIANT=N: only N). Not a CTest test (about a minute per variant on 2 cores).
 //   usage: emulate_moe_wgmma [seed]
 #include <cstdio>
 #include <cstdlib>
@@ -53,7 +54,8 @@ void emu_grid(const Params& p, int grid) {
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
-                moe_wgmma_kernel<Cfg, kProj>(p);
+                if constexpr (Cfg::kSS) moe_wgmma_ss_kernel<Cfg, kProj>(p);
+                else moe_wgmma_kernel<Cfg, kProj>(p);
             });
         for (auto& th : threads) th.join();
         for (const WgmmaQueue& q : g_wgmma)
@@ -138,6 +140,10 @@ void run(int variant, const Shape& s, std::mt19937& rng, const std::vector<int>&
     const int E = int(s.rows_per_expert.size());
     int n_rows = 0;
     for (int r : s.rows_per_expert) n_rows += r;
+    if (n_rows % 4) {
+        std::fprintf(stderr, "shape %s: %d routed rows, not a multiple of top-k = 4\n", s.name, n_rows);
+        std::abort();
+    }
     const int n_tokens = n_rows / 4;
     const Weights w1(E, 2 * s.d_ff, s.d_model, rng), w2(E, s.d_model, s.d_ff, rng);
     std::uniform_real_distribution<float> ux(-2.0f, 2.0f);
@@ -209,15 +215,21 @@ int main(int argc, char** argv) {
     // mid: mlp1 640 x 320 (5 k-stages = the ring; 2.5 m-tiles), mlp2 320 x 320; 0 to 262 rows per expert.
     const Shape shapes[] = {{"edges", 192, 64, {0, 5, 130, 1}},
                             {"mid", 320, 320, {129, 0, 1, 262, 128}},
-                            {"ring", 448, 128, {127, 0, 0, 1, 4}}};  // mlp1 256 x 448: 7 k-stages, mlp2 448 x 128
-    // Every variant (moe_wgmma::Variants), or only $EMULATE_VARIANT.
+                            {"ring", 448, 128, {127, 0, 0, 1, 4}},   // mlp1 256 x 448: 7 k-stages, mlp2 448 x 128
+                            // the routed-row tile edges of the 160- and 256-row variants (and 2 x 128 + 1):
+                            // mlp1 384 x 128 (1.5 tiles of 256 weight rows), mlp2 128 x 192
+                            {"ntile", 128, 192, {161, 0, 256, 159, 257, 3}}};
+    // Every variant (moe_wgmma::Variants), or only $EMULATE_VARIANT; every shape, or only $EMULATE_SHAPE.
     const char* only = std::getenv("EMULATE_VARIANT");
+    const char* only_shape = std::getenv("EMULATE_SHAPE");
     [&]<int... kV>(std::integer_sequence<int, kV...>) {
         (
             [&] {
                 if (only != nullptr && std::atoi(only) != kV) return;
                 std::mt19937 rng_v(seed);  // the same inputs for every variant
-                for (const Shape& s : shapes) run<cuda::moe_wgmma::Variant<kV>>(kV, s, rng_v, {1, 3, 7});
+                for (const Shape& s : shapes)
+                    if (only_shape == nullptr || std::string(only_shape) == s.name)
+                        run<cuda::moe_wgmma::Variant<kV>>(kV, s, rng_v, {1, 3, 7});
             }(),
             ...);
     }(std::make_integer_sequence<int, cuda::moe_wgmma::kVariants>{});

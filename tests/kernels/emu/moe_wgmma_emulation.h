@@ -3,11 +3,14 @@
 //   - shared addresses: offsets from g_smem_window (a 1024-aligned base); the dynamic shared memory the
 //     kernel sees starts 16 bytes past it, so the kernel's own 1024-byte alignment is exercised;
 //   - cp.async (16 bytes, zero-fill) as an immediate copy, its mbarrier arrival as a plain arrival;
+//     st.shared.v4 as a copy (alignment checked);
 //     cp.async.bulk as moe_decode_emulation.h's bulk_copy;
-//   - wgmma.mma_async m64nNk16 (N = 64, 128, 256; A from registers, B from a shared-memory descriptor) as the PTX ISA
-//     defines it, executed LAZILY: mma_async only records (accumulator pointer, A register pointer,
-//     descriptor); wait_group N executes every recorded operation but those of the newest N committed
-//     groups, reading the A registers and shared memory at that moment. So a kernel that rewrites an A
+//   - wgmma.mma_async m64nNk16 (N = 64, 128, 256; A from registers or, the SS form, from a shared-memory
+//     descriptor like B; B from a shared-memory descriptor) as the PTX ISA defines it, executed LAZILY:
+//     mma_async only records (accumulator pointer, A register pointer or A descriptor, B descriptor);
+//     wait_group N executes every recorded operation but those of the newest N committed groups,
+//     reading the A registers and shared memory at that moment (so a decoded weight tile rewritten
+//     before the wait that covers its MMAs gives a wrong result). So a kernel that rewrites an A
 //     buffer, releases a stage, or reads its accumulators before the wait that covers them computes a
 //     wrong result here, as it could on the GPU. The B element (k, n) is read from the address the
 //     descriptor defines for a K-major operand with the 128-byte swizzle:
@@ -60,9 +63,10 @@ inline void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* ba
 
 struct WgmmaOp {
     float* d;
-    const uint32_t* a;
-    uint64_t desc;
-    int n;  // wgmma N: d holds n / 2 values per thread
+    const uint32_t* a;  // register A (RS form), or nullptr: A from shared memory through desc_a (SS form)
+    uint64_t desc;      // B
+    int n;              // wgmma N: d holds n / 2 values per thread
+    uint64_t desc_a = 0;
 };
 struct WgmmaQueue {
     std::vector<WgmmaOp> ops;        // recorded, not yet executed
@@ -75,12 +79,25 @@ void wgmma_m64nNk16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc) {
     static_assert(N % 8 == 0 && N >= 8 && N <= 256);
     g_wgmma[threadIdx.x].ops.push_back({d, a, desc, N});
 }
+template <int N>
+void wgmma_m64nNk16_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256);
+    g_wgmma[threadIdx.x].ops.push_back({d, nullptr, desc_b, N, desc_a});
+}
+inline void st_shared16(uint8_t* p, uint4 v) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) {
+        std::fprintf(stderr, "st.shared.v4: misaligned\n");
+        std::abort();
+    }
+    std::memcpy(p, &v, 16);
+}
 inline void wgmma_commit() {
     WgmmaQueue& q = g_wgmma[threadIdx.x];
     q.group_ends.push_back(q.ops.size());
 }
 
-// B(k, n) of a K-major BF16 operand with the 128-byte swizzle, from its descriptor.
+// B(k, n) of a K-major BF16 operand with the 128-byte swizzle, from its descriptor (also A(m, k) of
+// the SS form: the same canonical layout with m in place of n).
 inline float wgmma_b(uint64_t desc, int k, int n) {
     const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
     const uint32_t lbo = uint32_t((desc >> 16) & 0x3FFFu);
@@ -109,6 +126,7 @@ void wgmma_wait() {
     const size_t n_exec = groups > size_t(kPending) ? me.group_ends[groups - kPending - 1] : 0;
     g_warpgroup[wg]->arrive_and_wait();  // every thread's registers and queue are final
     auto a_elem = [&](size_t op, int row, int k) {  // A(row, k) of operation op, from its owner's registers
+        if (me.ops[op].a == nullptr) return wgmma_b(me.ops[op].desc_a, k, row);  // SS: shared memory, now
         const int owner = wg * 128 + (row / 16) * 32 + (row % 8) * 4 + (k % 8) / 2;
         const uint32_t reg = g_wgmma[owner].ops[op].a[(row % 16) / 8 + 2 * (k / 8)];
         return bits_to_float(uint16_t(k % 2 ? reg >> 16 : reg));
