@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cuda/kv_fp8.h"
 
 namespace osprey::cuda {
 
@@ -173,6 +174,13 @@ struct AttnArgs {
     // Non-null: the last split CTA of a (token, KV head) to finish merges its partials itself (no
     // merge kernel: one launch fewer per layer); null: attention_merge_kernel does it.
     int32_t* merge_counters = nullptr;
+    // FP8 KV cache (kv_fp8.h; --kv-cache-dtype fp8): with cache8 set, k_cache/v_cache are unused; keys
+    // before the slice's start come from cache8 and the step's own from step8 (its rows quantised by
+    // rope(), one block of one row per token) instead of from qkv. Decode reads the codes directly
+    // (16-byte loads, the multipliers applied to the scores and to P); prefill dequantises K/V tiles to
+    // BF16 while staging them into shared memory.
+    KvFp8 cache8 = {};
+    KvFp8 step8 = {};
 };
 
 // Raises the kernels' shared-memory limits; called by attention() itself, and by owners of CUDA
