@@ -122,6 +122,7 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
 }
 
 namespace {
+// ---- decode device code (scripts/emulate_attention_decode.sh runs it on the CPU) ----
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / kWarpSize;
@@ -363,7 +364,9 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
 //      back in order (attention_decode_finish<true>).
 // The multipliers are applied in FP32: S = s_k · (Q·codes) per key, and P·V as Σ bf16(p · s_v) · codes
 // while the softmax sum takes the unscaled p. Chunk q of key row r sits at chunk q ^ (2 · ((r >> 2) & 1))
-// and the two V loads of a lane go in the order that keeps each 16-lane phase on distinct banks.
+// and the two V loads of a lane go in the order that keeps each 16-lane phase on distinct banks. V
+// bytes of keys c and c + 1 are paired by __byte_perm (prmt): selector 0x5140 gives bytes 0 and 1 of
+// both as two e4m3x2 pairs, 0x7362 bytes 2 and 3.
 constexpr int kF8Row = kD;     // bytes per key row (codes)
 constexpr int kF8Stages = 4;   // tiles in flight (each half the bytes of a BF16 tile)
 constexpr int kF8TileBytes = kTile * kF8Row;
@@ -372,18 +375,6 @@ constexpr size_t decode_fp8_smem_bytes() {
 }
 static_assert(decode_fp8_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD + 2));
 __device__ __forceinline__ int f8_chunk(int key, int q) { return q ^ (((key >> 2) & 1) * 2); }
-
-__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
-                 "r"(valid ? 4 : 0));
-}
-
-// Bytes i of a and b as one e4m3x2 pair (a's byte low), for i = sel and sel + 1: prmt selector.
-__device__ __forceinline__ uint32_t f8_interleave(uint32_t a, uint32_t b, uint32_t sel) {
-    uint32_t r;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(sel));
-    return r;
-}
 
 __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const AttnArgs a, const AttnItem* items,
                                                                        const AttnMerge* merges) {
@@ -514,8 +505,8 @@ __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const At
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const uint32_t x = wd ? lo[half].y : lo[half].x, y = wd ? hi[half].y : hi[half].x;
-                pairs[half][0] = f8_interleave(x, y, 0x5140);
-                pairs[half][1] = f8_interleave(x, y, 0x7362);
+                pairs[half][0] = __byte_perm(x, y, 0x5140);
+                pairs[half][1] = __byte_perm(x, y, 0x7362);
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
@@ -556,6 +547,8 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
     __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(a.out + size_t(mg.token) * a.ld_out + head * kD) + lane;
     *o = __floats2bfloat162_rn(o0 / den, o1 / den);
 }
+
+// ---- end of decode device code ----
 
 void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, const AttnMerge* merges,
                    cudaStream_t stream) {

@@ -3,10 +3,11 @@
 // Host builds (the CPU emulation harnesses, scripts/emulate_attention_*.sh) take the software path.
 #pragma once
 
+#if !defined(OSPREY_CUDA_EMULATION)
 #include <cuda_bf16.h>
-#if defined(__CUDA_ARCH__)
 #include <cuda_fp16.h>
-#else
+#endif
+#if !defined(__CUDA_ARCH__)
 #include <cstring>
 
 #include "core/fp8.h"

@@ -19,6 +19,11 @@ __device__ inline void cp_async16(void* smem, const void* gmem, bool valid = tru
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                  "r"(valid ? 16 : 0));
 }
+// 4 bytes global -> shared (through L1: .cg takes only 16), zero-filled when !valid.
+__device__ inline void cp_async4(void* smem, const void* gmem, bool valid = true) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+                 "r"(valid ? 4 : 0));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>
