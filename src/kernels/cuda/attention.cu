@@ -31,6 +31,16 @@ AttnPrefillKernel attention_prefill_kernel_default() {
     return k;
 }
 
+AttnFp8DecodeMma attention_fp8_decode_mma() {
+    static const AttnFp8DecodeMma m = [] {
+        const char* v = std::getenv("OSPREY_ATTN_FP8_DECODE");
+        if (!v || !*v || std::string_view(v) == "f16") return AttnFp8DecodeMma::f16;
+        OSPREY_CHECK(std::string_view(v) == "bf16", "OSPREY_ATTN_FP8_DECODE=", v, ": expected f16 or bf16");
+        return AttnFp8DecodeMma::bf16;
+    }();
+    return m;
+}
+
 int attention_wgmma_variant_default() {
     static const int v = [] {
         const char* s = std::getenv("OSPREY_ATTN_WGMMA_VARIANT");
@@ -376,6 +386,13 @@ constexpr size_t decode_fp8_smem_bytes() {
 static_assert(decode_fp8_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD + 2));
 __device__ __forceinline__ int f8_chunk(int key, int q) { return q ^ (((key >> 2) & 1) * 2); }
 
+// kF16 (the default, attention_fp8_decode_mma()): the MMAs in FP16 instead of BF16. Every E4M3 value
+// is an FP16 value and cvt.rn.f16x2.e4m3x2 gives it in one instruction (BF16 needs three more: f16x2 ->
+// f32 -> bf16x2), and Q (BF16, |q| / 8 < 65504 assumed) converts exactly, so S = Q·codes is exact
+// up to FP32 accumulation. P·V: P' = p · s_v / s_ref in FP16 (2^-11 relative; s_ref the largest
+// multiplier of the warp's 16 keys, so P' <= 1), accumulated per tile and added as o = o · corr +
+// s_ref · (P'·codes). !kF16: BF16 operands, P rounded as bf16(p · s_v) into the running accumulators.
+template <bool kF16>
 __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const AttnArgs a, const AttnItem* items,
                                                                        const AttnMerge* merges) {
     pdl_enter();  // launch.cuh: before any early return or global access
@@ -400,9 +417,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const At
         for (int ks = 0; ks < 4; ++ks) {
             const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(q + 4 * ks);
             const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(q + 4 * ks + 2);
-            qf[ks][0] = pack_bf16(__low2float(lo) * 0.125f, __high2float(lo) * 0.125f);
+            const auto pack = [](float x, float y) { return kF16 ? pack_f16(x, y) : pack_bf16(x, y); };
+            qf[ks][0] = pack(__low2float(lo) * 0.125f, __high2float(lo) * 0.125f);
             qf[ks][1] = 0;
-            qf[ks][2] = pack_bf16(__low2float(hi) * 0.125f, __high2float(hi) * 0.125f);
+            qf[ks][2] = pack(__low2float(hi) * 0.125f, __high2float(hi) * 0.125f);
             qf[ks][3] = 0;
         }
     }
@@ -461,7 +479,10 @@ __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const At
             const uint32_t w[4] = {kc.x, kc.y, kc.z, kc.w};
 #pragma unroll
             for (int ks = 0; ks < 4; ++ks)
-                mma_bf16(s[nt], qf[ks], kv_fp8_to_bf16x2(w[ks] & 0xFFFFu), kv_fp8_to_bf16x2(w[ks] >> 16));
+                if constexpr (kF16)
+                    mma_f16(s[nt], qf[ks], kv_fp8_to_f16x2(w[ks] & 0xFFFFu), kv_fp8_to_f16x2(w[ks] >> 16));
+                else
+                    mma_bf16(s[nt], qf[ks], kv_fp8_to_bf16x2(w[ks] & 0xFFFFu), kv_fp8_to_bf16x2(w[ks] >> 16));
         }
         const int j0 = it.key_begin + t * kTile + warp * 16 + c;
         float tmax = -INFINITY;
@@ -485,11 +506,26 @@ __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const At
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) pr[nt][0] = expf(s[nt][0] - base), pr[nt][1] = expf(s[nt][1] - base);
         l = l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) o[nt][0] *= corr, o[nt][1] *= corr;
         // O += (P · s_v) · codes over the 16 keys (one k-step); rows 8-15 of P are zero.
-        const uint32_t pa[4] = {pack_bf16(pr[0][0] * vsc[c], pr[0][1] * vsc[c + 1]), 0u,
-                                pack_bf16(pr[1][0] * vsc[c + 8], pr[1][1] * vsc[c + 9]), 0u};
+        uint32_t pa[4];
+        float s_ref = 0.f;  // kF16: the largest multiplier of the 16 keys (0: all masked, P = 0)
+        if constexpr (kF16) {
+            s_ref = fmaxf(fmaxf(vsc[c], vsc[c + 1]), fmaxf(vsc[c + 8], vsc[c + 9]));
+            s_ref = fmaxf(s_ref, __shfl_xor_sync(0xffffffffu, s_ref, 1));
+            s_ref = fmaxf(s_ref, __shfl_xor_sync(0xffffffffu, s_ref, 2));
+            const float inv = s_ref > 0.f ? 1.f / s_ref : 0.f;
+            pa[0] = pack_f16(pr[0][0] * (vsc[c] * inv), pr[0][1] * (vsc[c + 1] * inv));
+            pa[2] = pack_f16(pr[1][0] * (vsc[c + 8] * inv), pr[1][1] * (vsc[c + 9] * inv));
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) o[nt][0] *= corr, o[nt][1] *= corr;
+            pa[0] = pack_bf16(pr[0][0] * vsc[c], pr[0][1] * vsc[c + 1]);
+            pa[2] = pack_bf16(pr[1][0] * vsc[c + 8], pr[1][1] * vsc[c + 9]);
+        }
+        pa[1] = pa[3] = 0u;
+        float ot[8][4];  // kF16: this tile's P'·codes
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) ot[nt][0] = ot[nt][1] = ot[nt][2] = ot[nt][3] = 0.f;
         uint2 lo[2], hi[2];  // [keys c / c + 8]: bytes [8h, 8h + 8) of key c (lo) and c + 1 (hi)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -511,9 +547,19 @@ __global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const At
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int nt = 4 * wd + q;
-                const uint32_t b0 = kv_fp8_to_bf16x2((pairs[0][q / 2] >> (16 * (q % 2))) & 0xFFFFu);
-                const uint32_t b1 = kv_fp8_to_bf16x2((pairs[1][q / 2] >> (16 * (q % 2))) & 0xFFFFu);
-                mma_bf16(o[nt], pa, b0, b1);
+                const uint32_t x0 = (pairs[0][q / 2] >> (16 * (q % 2))) & 0xFFFFu;
+                const uint32_t x1 = (pairs[1][q / 2] >> (16 * (q % 2))) & 0xFFFFu;
+                if constexpr (kF16)
+                    mma_f16(ot[nt], pa, kv_fp8_to_f16x2(x0), kv_fp8_to_f16x2(x1));
+                else
+                    mma_bf16(o[nt], pa, kv_fp8_to_bf16x2(x0), kv_fp8_to_bf16x2(x1));
+            }
+        }
+        if constexpr (kF16) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                o[nt][0] = fmaf(o[nt][0], corr, ot[nt][0] * s_ref);
+                o[nt][1] = fmaf(o[nt][1], corr, ot[nt][1] * s_ref);
             }
         }
     }
@@ -551,11 +597,15 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
 // ---- end of decode device code ----
 
 void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, const AttnMerge* merges,
-                   cudaStream_t stream) {
+                   AttnFp8DecodeMma fp8_mma, cudaStream_t stream) {
     if (n_items == 0) return;
     if (a.cache8.on()) {
-        cuda::launch(attention_decode_fp8_kernel, dim3(n_items, a.n_kv_heads), kThreads, decode_fp8_smem_bytes(),
-                     stream, a, items, merges);
+        if (fp8_mma == AttnFp8DecodeMma::f16)
+            cuda::launch(attention_decode_fp8_kernel<true>, dim3(n_items, a.n_kv_heads), kThreads,
+                         decode_fp8_smem_bytes(), stream, a, items, merges);
+        else
+            cuda::launch(attention_decode_fp8_kernel<false>, dim3(n_items, a.n_kv_heads), kThreads,
+                         decode_fp8_smem_bytes(), stream, a, items, merges);
         CUDA_CHECK(cudaGetLastError());
         return;
     }
@@ -572,8 +622,10 @@ void attention_configure() {
     thread_local const bool done = [] {
         CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(decode_smem_bytes())));
-        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(decode_fp8_smem_bytes())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_fp8_kernel<true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(decode_fp8_smem_bytes())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_fp8_kernel<false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(decode_fp8_smem_bytes())));
         attention_prefill_wgmma_configure();
         return true;
     }();
@@ -596,7 +648,7 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     OSPREY_CHECK(!a.cache8.on() || (a.cache8.v && a.cache8.k_scale && a.cache8.v_scale && a.step8.on() && a.step8.v &&
                                     a.step8.k_scale && a.step8.v_scale),
                  "attention: FP8 KV cache without its multipliers or the step's FP8 rows");
-    launch_decode(a, plan.decode, plan.n_decode, plan.merges, stream);
+    launch_decode(a, plan.decode, plan.n_decode, plan.merges, plan.fp8_decode, stream);
     if (plan.prefill_kernel == AttnPrefillKernel::wgmma)
         attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, plan.wgmma_variant, stream);  // wgmma
     else

@@ -89,6 +89,13 @@ enum class AttnPrefillKernel : int32_t { mma_sync, wgmma };
 // wgmma by default; $OSPREY_ATTN_WGMMA=0 selects mma_sync (read once per process).
 AttnPrefillKernel attention_prefill_kernel_default();
 
+// The FP8-KV decode kernel's MMA operands (attention.cu, attention_decode_fp8_kernel): f16 (the
+// default: one cvt per pair of codes, exact S, P·V with P in FP16 against the tile's largest V
+// multiplier) or bf16 (three more instructions per pair, P rounded as bf16(p · s_v)). For A/B runs:
+// $OSPREY_ATTN_FP8_DECODE=f16|bf16 (read once per process; the default of AttnDevicePlan::fp8_decode).
+enum class AttnFp8DecodeMma : int32_t { f16, bf16 };
+AttnFp8DecodeMma attention_fp8_decode_mma();
+
 struct AttnSlice {
     int32_t first_token = 0;  // first row of the slice in the step's activations
     int32_t n_tokens = 0;
@@ -151,6 +158,7 @@ struct AttnDevicePlan {
     int n_merges = 0;
     AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // AttnPlan::prefill_kernel
     int wgmma_variant = 0;                                           // AttnPlan::wgmma_variant
+    AttnFp8DecodeMma fp8_decode = attention_fp8_decode_mma();        // FP8 KV decode kernel's MMA type
 };
 
 struct AttnArgs {

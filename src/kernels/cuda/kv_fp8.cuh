@@ -53,6 +53,26 @@ __host__ __device__ inline uint32_t kv_fp8_to_bf16x2(uint32_t pair) {
 #endif
 }
 
+// Two E4M3 codes (lo byte first) as an f16x2 register (lo in the low half): exact, one instruction.
+__host__ __device__ inline uint32_t kv_fp8_to_f16x2(uint32_t pair) {
+#if defined(__CUDA_ARCH__)
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(uint16_t(pair)));
+    return h;
+#else
+    auto half_bits = [](uint8_t code) -> uint32_t {  // every E4M3 value is a normal f16 (or zero)
+        const float f = fp8::e4m3_to_float(code);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        const uint32_t sign = (u >> 16) & 0x8000u;
+        if ((u & 0x7FFFFFFFu) == 0) return sign;
+        const int e = int((u >> 23) & 0xFF) - 127 + 15;
+        return sign | uint32_t(e << 10) | ((u >> 13) & 0x3FFu);
+    };
+    return half_bits(uint8_t(pair)) | (half_bits(uint8_t(pair >> 8)) << 16);
+#endif
+}
+
 // Two E4M3 codes times a multiplier, as a bf16x2 register (each rounded to nearest even once).
 __host__ __device__ inline uint32_t kv_fp8_to_bf16x2_scaled(uint32_t pair, float s) {
 #if defined(__CUDA_ARCH__)

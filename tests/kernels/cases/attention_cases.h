@@ -63,6 +63,7 @@ struct Case {
     int wgmma_variant = -1;     // its variant (kAttnWgmmaVariants; -1: $OSPREY_ATTN_WGMMA_VARIANT decides)
     bool mma_sync = false;      // prefill items on the mma.sync kernel whatever $OSPREY_ATTN_WGMMA says
     bool fp8 = false;           // FP8 KV cache (see above)
+    bool fp8_bf16_mma = false;  // its decode kernel with BF16 MMAs (false: $OSPREY_ATTN_FP8_DECODE decides)
     std::vector<Seq> seqs;
 };
 
@@ -214,7 +215,9 @@ inline Result run(const Case& c, Mode mode) {
                                   .prefill = d_pre.get(), .n_prefill = int(plan.prefill.size()),
                                   .merges = d_mg.get(), .n_merges = int(plan.merges.size()),
                                   .prefill_kernel = plan.prefill_kernel,
-                                  .wgmma_variant = plan.wgmma_variant};
+                                  .wgmma_variant = plan.wgmma_variant,
+                                  .fp8_decode = c.fp8_bf16_mma ? cuda::AttnFp8DecodeMma::bf16
+                                                               : cuda::attention_fp8_decode_mma()};
 
     if (mode == Mode::perf) {
         const double us = time_us([&](int) { cuda::attention(a, dp, nullptr); }, iters_or(50));
@@ -511,6 +514,12 @@ inline std::vector<Case> cases() {
         for (int i = 0; i < 64; ++i) c.seqs.push_back({37 * i + 1, 1});
         f8("fp8_gpt_oss_decode_batch_64", c);
     }
+    // The decode kernel's BF16-MMA variant ($OSPREY_ATTN_FP8_DECODE=bf16) on the same edges.
+    f8("fp8_bf16mma_decode_tile_edges", {.fp8_bf16_mma = true, .seqs = {{62, 1}, {63, 1}, {64, 1}, {65, 1}, {127, 1}}});
+    f8("fp8_bf16mma_decode_split", {.fp8_bf16_mma = true, .seqs = {{5000, 1}, {31, 1}}});
+    f8("fp8_bf16mma_decode_split_merge_kernel", {.merge_kernel = true, .fp8_bf16_mma = true, .seqs = {{5000, 1}}});
+    f8("fp8_bf16mma_window_decode", {.window = 128, .fp8_bf16_mma = true, .seqs = {{127, 1}, {128, 1}, {1000, 1}}});
+    f8("fp8_bf16mma_sharp_softmax", {.q_scale = 8.0f, .fp8_bf16_mma = true, .seqs = {{300, 1}, {50, 1}}});
     for (bool wgmma : {false, true}) {
         auto pf = [&](std::string name, Case c) {
             c.wgmma = wgmma;
@@ -610,6 +619,12 @@ inline std::vector<Case> cases() {
     };
     for (int ctx : {8192, 32768})
         for (int b : {1, 64, 128}) t.push_back(fp8_case(decode(b, ctx)));
+    for (int ctx : {8192, 32768}) {  // the decode kernel's BF16-MMA variant, for the A/B
+        Case c = fp8_case(decode(128, ctx));
+        c.fp8_bf16_mma = true;
+        c.label = str(c.label, " bf16mma");
+        t.push_back(c);
+    }
     t.push_back(fp8_case(decode(128, 8192, 128)));
     t.push_back(fp8_case(decode(64, 1024)));  // checked (small enough for the CPU reference)
     for (bool wgmma : {false, true}) {

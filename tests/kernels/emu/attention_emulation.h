@@ -49,6 +49,39 @@ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
     mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
+// mma.cuh's FP16 variants: the same fragment layouts as mma_bf16 (moe_decode_emulation.h), the halves
+// read as IEEE binary16 (subnormals included), products exact in double, FP32 result.
+inline float emu_f16(uint32_t r, int hi) {
+    const uint16_t b = uint16_t(hi ? r >> 16 : r);
+    _Float16 h;
+    std::memcpy(&h, &b, 2);
+    return float(h);
+}
+inline uint32_t pack_f16(float lo, float hi) {
+    const _Float16 l = _Float16(lo), h = _Float16(hi);  // round to nearest even
+    uint16_t a, b;
+    std::memcpy(&a, &l, 2), std::memcpy(&b, &h, 2);
+    return uint32_t(a) | (uint32_t(b) << 16);
+}
+inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    g_mma[w][lane] = {{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    wbar();
+    auto A = [&](int row, int k) {
+        return emu_f16(g_mma[w][(row % 8) * 4 + (k % 8) / 2].a[(row >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0)], k % 2);
+    };
+    auto B = [&](int k, int col) { return emu_f16(g_mma[w][col * 4 + (k % 8) / 2].b[k >= 8 ? 1 : 0], k % 2); };
+    float d[4];
+    for (int i = 0; i < 4; ++i) {
+        const int row = lane / 4 + (i >= 2 ? 8 : 0), col = 2 * (lane % 4) + i % 2;
+        double sum = 0.0;
+        for (int k = 0; k < 16; ++k) sum += double(A(row, k)) * double(B(k, col));
+        d[i] = float(double(c[i]) + sum);
+    }
+    wbar();
+    for (int i = 0; i < 4; ++i) c[i] = d[i];
+}
+
 // Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i. Lane l receives row l/4,
 // elements 2(l%4), +1 of each matrix (trans: element (row 2(l%4) + {0,1}, column l/4)).
 inline void emu_ldmatrix(uint32_t (&r)[4], const void* p, bool trans) {
