@@ -2,8 +2,8 @@
 // against the CPU reference with its FP8 KV cache (docs/fp8.md), on the synthetic tiny checkpoint
 // (4 layers, 8 query / 1 KV heads, sliding window 128): a prompt longer than the window in chunks then
 // 32 greedy steps, prefill in one chunk vs several vs token by token, a mixed ragged batch with a
-// prefix-cache replay, graph decode vs eager, a copied cache continuing like its source, and every
-// intermediate layer by layer.
+// prefix-cache replay, graph decode vs eager, a copied cache continuing like its source, speculative
+// verify steps with rollbacks, and every intermediate layer by layer.
 //
 // Bounds, as tests/model/test_cuda_forward.cu (architecture.md, "Comparing implementations on random
 // weights"): the same BF16 roundings of the GPU path, plus the quantisation's inputs: the GPU quantises
@@ -336,6 +336,54 @@ TEST(cuda_fp8_kv, every_step_matches_the_reference) {
         ++compared;
     }
     EXPECT_GE(compared, 4 * 10 + 3);
+}
+
+// Speculative verify steps (5 tokens, every one with a logit row: the prefill kernels, replayed from a
+// CUDA graph once the shape recurs) and rollbacks (2 of 5 kept: the rejected rows stay written in the
+// pages and in the ring's slack rows, and are overwritten later), on rings with 4 spare rows as the
+// engine allocates them (kv_spec.h), against the CPU reference doing the same.
+TEST(cuda_fp8_kv, verify_steps_and_rollbacks_match_the_reference) {
+    CpuReference cpu(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3});
+    CudaRunner gpu(tiny_weights(), fp8_options(/*graphs=*/true));
+    for (ModelRunner* m : std::initializer_list<ModelRunner*>{&cpu, &gpu}) {
+        KvLayout layout = kv_layout_for(*m, 16, 64, 4);
+        layout.spec = layout.spec.with_ring_slack(4);
+        m->allocate_kv(layout);
+    }
+    test::Seq s;
+    s.tokens = random_prompt(400, 55);
+    s.pages = test::pages_from(0, 30);
+    s.window_slot = 2;
+    auto step = [&](int n, int n_logits) {
+        ForwardBatch b;
+        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        SequenceSlice sl = test::slice_for(s, 0, n);
+        sl.n_logits = n_logits;
+        b.slices.push_back(sl);
+        cpu.forward(b);
+        gpu.forward(b);
+        std::vector<float> lc, lg;
+        cpu.logits_to_host(lc);
+        gpu.logits_to_host(lg);
+        EXPECT_EQ(lc.size(), lg.size());
+        const size_t V = size_t(cpu.config().vocab_size);
+        double worst = 0;
+        for (size_t r = 0; r < lc.size() / V; ++r)
+            worst = std::max(worst, rel_l2(std::span(lg).subspan(r * V, V), std::span(lc).subspan(r * V, V)));
+        return worst;
+    };
+    EXPECT_LT(step(150, 1), kLogitBound);
+    s.n_computed = 150;
+    double worst = 0;
+    for (int i = 0; i < 40; ++i) {
+        worst = std::max(worst, step(5, 5));
+        s.n_computed += 2;  // 2 of the 5 accepted; the rest rolled back
+    }
+    std::printf("  40 verify steps with rollbacks: worst logits rel err %.2e, %d graphs
+", worst,
+                gpu.graphs_captured());
+    EXPECT_LT(worst, kLogitBound);
+    EXPECT_GE(gpu.graphs_captured(), 1);
 }
 
 TEST(cuda_fp8_kv, rejects_other_dtypes) {

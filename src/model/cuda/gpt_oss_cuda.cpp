@@ -323,12 +323,13 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
-// Runs cover whole blocks, so a block's bytes are contiguous whatever the order of heads and rows
-// inside it ([n_kv_heads, rows, head_dim] here).
 cuda::KvFp8 CudaRunner::cache8(int layer) {
     return {.k = k8_cache_[layer].get(), .v = v8_cache_[layer].get(), .k_scale = k8_scale_[layer].get(),
             .v_scale = v8_scale_[layer].get()};
 }
+
+// Runs cover whole blocks, so a block's bytes are contiguous whatever the order of heads and rows
+// inside it ([n_kv_heads, rows, head_dim] here; FP8: codes and multipliers each in that order).
 
 void CudaRunner::copy_kv(const KvCopyPlan& plan) {
     OSPREY_CHECK(!k_cache_.empty() || !k8_cache_.empty(), "copy_kv: allocate_kv first");

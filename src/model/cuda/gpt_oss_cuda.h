@@ -1,8 +1,9 @@
 // The CUDA backend: gpt-oss's forward pass on one GPU over a ragged batch, step for step like the
 // CPU reference (model/gpt_oss_ref.h: same step names, same order), as kernel launches on one
 // stream. BF16 weights and activations, MXFP4 experts as shipped, an FP32 residual stream, FP32
-// accumulation everywhere, BF16 K/V in a paged cache (full layers) and per-sequence 128-row rings
-// (sliding layers).
+// accumulation everywhere, BF16 K/V (or FP8 E4M3 with a multiplier per position and KV head:
+// CudaRunnerOptions::kv_dtype, kernels/cuda/kv_fp8.h) in a paged cache (full layers) and per-sequence
+// 128-row rings (sliding layers).
 //
 // Step names (as the CPU reference; passed to the dump hook as [rows, width] f32), per block i:
 //   attn_norm, q, k, v (q and k after RoPE), attn, resid_attn (x after the attention residual; the
