@@ -379,8 +379,7 @@ TEST(cuda_fp8_kv, verify_steps_and_rollbacks_match_the_reference) {
         worst = std::max(worst, step(5, 5));
         s.n_computed += 2;  // 2 of the 5 accepted; the rest rolled back
     }
-    std::printf("  40 verify steps with rollbacks: worst logits rel err %.2e, %d graphs
-", worst,
+    std::printf("  40 verify steps with rollbacks: worst logits rel err %.2e, %d graphs\n", worst,
                 gpu.graphs_captured());
     EXPECT_LT(worst, kLogitBound);
     EXPECT_GE(gpu.graphs_captured(), 1);
