@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the wgmma prefill attention kernel's logic (producer/consumer protocol, mbarrier phases, the
 # consumers' turn barriers, swizzled tile addressing against the wgmma descriptors, fragment layouts,
-# masking, online softmax with the sink) on a machine without a GPU: extracts the device code of
+# masking, online softmax with the sink; the FP8 KV cache's dequantising producer) on a machine without a GPU: extracts the device code of
 # src/kernels/cuda/attention_prefill_wgmma.cu, compiles it as C++ against the CPU emulation
 # (tests/kernels/emu/wgmma_emulation.h: one std::thread per CUDA thread, wgmma from the PTX ISA's
 # canonical layouts) and compares with the CPU reference on small shapes. Every variant of the kernel
@@ -20,8 +20,8 @@ out="$build/emulate_attention_wgmma"
 mkdir -p "$out"
 k="$root/src/kernels/cuda"
 {
-  echo '#include "wgmma_emulation.h"'
-  echo 'struct float2 { float x, y; };'
+  echo '#include "attention_emulation.h"'
+  echo '#include "kernels/cuda/kv_fp8.cuh"'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int k(AttnHeadDim|AttnGroup|AttnKeyTile|PrefillTokens|WgmmaPrefillTokens) " "$k/attention.h"
   sed -n '/^struct AttnWgmmaVariant {/,/^};/p' "$k/attention.h"
@@ -29,8 +29,10 @@ k="$root/src/kernels/cuda"
   grep -E "^inline constexpr int kAttnWgmmaVariantCount" "$k/attention.h"
   sed -n '/^constexpr int wgmma_prefill_tokens(int v) {$/,/^}/p' "$k/attention.h"
   sed -n '/^struct AttnItem {/,/^};/p' "$k/attention.h"
+  sed -n '/^struct KvFp8 {/,/^};/p' "$k/kv_fp8.h" | sed 's/OSPREY_KV_FP8_HD //'
   sed -n '/^struct AttnArgs {/,/^};/p' "$k/attention.h"
-  sed -n '/^__device__ inline void attention_kv_rows/,/^}/p' "$k/attention_kv.cuh"
+  sed -n '/^__device__ inline void attention_kv_rows(/,/^}/p' "$k/attention_kv.cuh"
+  sed -n '/^__device__ inline void attention_kv_rows_fp8(/,/^}/p' "$k/attention_kv.cuh"
   echo 'namespace sm90 {'
   sed -n '/^__host__ __device__ constexpr uint32_t sw128_offset/,/^}/p' "$k/wgmma.cuh"
   sed -n '/^__device__ __forceinline__ uint64_t desc_sw128/,/^}/p' "$k/wgmma.cuh"
@@ -42,6 +44,7 @@ k="$root/src/kernels/cuda"
 } > "$out/attention_wgmma_emulated.h"
 grep -q "uint8_t\* smem_raw = g_dyn_smem;" "$out/attention_wgmma_emulated.h"
 grep -q "attention_kv_rows" "$out/attention_wgmma_emulated.h"
+grep -q "attention_kv_rows_fp8" "$out/attention_wgmma_emulated.h"
 grep -q "kAttnWgmmaVariants\[\] = {" "$out/attention_wgmma_emulated.h"
 grep -q "wgmma_prefill_tokens(int v)" "$out/attention_wgmma_emulated.h"
 g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \

@@ -65,9 +65,9 @@ void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
                      "published checkpoint");
     OSPREY_CHECK(w.unembedding_format() == model::WeightFormat::bf16, weights_flag, " (", w.formats(),
                  "): not yet on the GPU (FP8 unembedding); run it on the CPU backend (--backend cpu)");
-    OSPREY_CHECK(!o.kv_dtype || *o.kv_dtype == model::KvDtype::bf16, "--kv-cache-dtype ",
-                 model::kv_dtype_name(*o.kv_dtype), ": not yet on the GPU (the CUDA backend keeps a BF16 KV cache). "
-                 "Run it on the CPU backend (--backend cpu), or use --kv-cache-dtype auto");
+    OSPREY_CHECK(!o.kv_dtype || *o.kv_dtype == model::KvDtype::bf16 || *o.kv_dtype == model::KvDtype::fp8_e4m3,
+                 "--kv-cache-dtype ", model::kv_dtype_name(*o.kv_dtype),
+                 ": the CUDA backend keeps a BF16 or FP8 KV cache (use auto, bf16 or fp8)");
 }
 
 Runner make_runner(model::Weights weights, const RunnerOptions& o) {
@@ -94,6 +94,7 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
         if (o.max_logit_rows > 0) co.max_logit_rows = o.max_logit_rows;
         if (o.max_slices > 0) co.max_slices = o.max_slices;
         co.progress = o.progress;
+        if (o.kv_dtype) co.kv_dtype = *o.kv_dtype;  // bf16 (auto) or fp8 (kernels/cuda/kv_fp8.h)
         if (!o.layout.single()) {
             // One CudaRunner shard per GPU over NCCL (model/cuda/parallel_cuda.h); no CPU fallback.
             const char* env = std::getenv("OSPREY_CUDA_SAME_DEVICE");

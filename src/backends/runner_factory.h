@@ -47,7 +47,7 @@ struct RunnerOptions {
     // runner is made; unset keeps the folder's own formats. fp8_parts: what fp8 converts.
     std::optional<model::WeightFormat> weights_format = std::nullopt;
     model::Fp8Parts fp8_parts = {};
-    // --kv-cache-dtype: unset is the backend's own (CPU f32, CUDA bf16); fp8 on the CPU backend.
+    // --kv-cache-dtype: unset is the backend's own (CPU f32, CUDA bf16); fp8 on both.
     std::optional<model::KvDtype> kv_dtype = std::nullopt;
 };
 

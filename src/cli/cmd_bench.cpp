@@ -51,7 +51,7 @@ constexpr const char* kHelp =
     "\n"
     "common: [--model DIR] [--backend auto|cpu|cuda] [--threads N] [--tp 1] [--ep 1] [--dp 1]\n"
     "        [--gpu-price 3.00] [--chunk 8192] [--page-size 32] [--seed S] [--out PREFIX]\n"
-    "        [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32] (docs/fp8.md)\n"
+    "        [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32|bf16] (docs/fp8.md)\n"
     "\n"
     "prefill: batch 1, random prompts of each length (chunks of --chunk tokens); time to first token\n"
     "  (median, p90 over --repeats after --warmup), input tokens/s, USD per million input tokens.\n"
@@ -149,7 +149,8 @@ Backend open_backend(const cli::Args& a, const std::string& command, int max_tok
     const std::string formats = ro.weights_format || ro.kv_dtype ? cli::format_summary(ro) + "; " : std::string();
     if (made.backend == "cuda") {
         b.info.device = b.runner->name();
-        b.info.weight_format = "MXFP4 experts (as shipped), BF16 attention/router/embeddings; BF16 activations and KV";
+        b.info.weight_format = str("MXFP4 experts (as shipped), BF16 attention/router/embeddings; BF16 activations, ",
+                                   b.runner->kv_dtype() == model::KvDtype::fp8_e4m3 ? "FP8 (E4M3) KV" : "BF16 KV");
     } else {
         const unsigned n = threads > 0 ? unsigned(threads) : std::max(1u, std::thread::hardware_concurrency());
         b.info.device = str(b.runner->name(), " (", benchtool::cpu_model_name(), ", ", n, " threads)");

@@ -79,7 +79,7 @@ constexpr const char* kHelp =
     "                         (as published). A folder from `osprey convert` loads as it is. CPU backend\n"
     "                         only for fp8/bf16 so far (docs/fp8.md)\n"
     "  --kv-cache-dtype D     auto (the backend's own), fp8 (E4M3 + a scale per position and KV head;\n"
-    "                         CPU backend only so far) or f32\n"
+    "                         CPU and CUDA backends), bf16 (CUDA) or f32 (CPU)\n"
     "  --threads N            CPU backend threads (default: all cores; shared out over the ranks)\n"
     "  --tp N, --ep N         tensor / expert parallel degrees (default 1): attention split by KV heads,\n"
     "                         experts by rank and by intermediate columns; max(tp, ep) ranks, one thread\n"

@@ -64,14 +64,16 @@ const Weights& weights(const std::string& model) {
     return shaped;
 }
 
-CudaRunnerOptions runner_options() {
-    return CudaRunnerOptions{.max_tokens = 512, .max_logit_rows = 16, .max_slices = 16, .progress = false};
+// fp8: the FP8 KV cache (kernels/cuda/kv_fp8.h) on every rank, each quantising its own KV heads.
+CudaRunnerOptions runner_options(bool fp8 = false) {
+    return CudaRunnerOptions{.max_tokens = 512, .max_logit_rows = 16, .max_slices = 16, .progress = false,
+                             .kv_dtype = fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16};
 }
 
-std::unique_ptr<ModelRunner> make(const std::string& model, ParallelLayout layout) {
-    if (layout.single()) return std::make_unique<CudaRunner>(weights(model), runner_options());
+std::unique_ptr<ModelRunner> make(const std::string& model, ParallelLayout layout, bool fp8 = false) {
+    if (layout.single()) return std::make_unique<CudaRunner>(weights(model), runner_options(fp8));
     return make_cuda_parallel_runner(weights(model),
-                                     {.layout = layout, .runner = runner_options(), .same_device = true});
+                                     {.layout = layout, .runner = runner_options(fp8), .same_device = true});
 }
 
 struct Trace {
@@ -168,12 +170,13 @@ double rel_l2(std::span<const float> got, std::span<const float> want) {
     return std::sqrt(num / std::max(den, 1e-30));
 }
 
-const Trace& reference(const std::string& model) {
+const Trace& reference(const std::string& model, bool fp8 = false) {
     static std::map<std::string, Trace> traces;
-    auto it = traces.find(model);
+    const std::string key = model + (fp8 ? "/fp8" : "");
+    auto it = traces.find(key);
     if (it == traces.end()) {
-        auto m = make(model, {});
-        it = traces.emplace(model, run(*m)).first;
+        auto m = make(model, {}, fp8);
+        it = traces.emplace(key, run(*m)).first;
     }
     return it->second;
 }
@@ -181,15 +184,17 @@ const Trace& reference(const std::string& model) {
 struct Case {
     std::string model;
     ParallelLayout layout;
+    bool fp8 = false;  // FP8 KV on every rank, against the one-GPU FP8 run
 };
 
 class CudaLayouts : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudaLayouts, SameTokensAsOneGpuAndLogitsWithinTheBound) {
     const Case& c = GetParam();
-    const Trace& ref = reference(c.model);
-    auto m = make(c.model, c.layout);
+    const Trace& ref = reference(c.model, c.fp8);
+    auto m = make(c.model, c.layout, c.fp8);
     EXPECT_EQ(m->kv_spec(16).kv_dim(), m->config().kv_dim() / c.layout.tp);
+    EXPECT_EQ(m->kv_dtype(), c.fp8 ? KvDtype::fp8_e4m3 : KvDtype::bf16);
     const Trace got = run(*m);
     ASSERT_EQ(got.logits.size(), ref.logits.size());
     const size_t V = size_t(m->config().vocab_size);
@@ -216,11 +221,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"20b", {1, 2, 1}}, Case{"20b", {2, 2, 1}}, Case{"20b", {4, 4, 1}},
                       // attention data parallelism: two groups, each its batch and cache, the MoE shared
                       Case{"small", {1, 1, 2}}, Case{"small", {2, 1, 2}}, Case{"small", {1, 2, 2}},
-                      Case{"small", {2, 4, 2}}, Case{"20b", {1, 2, 2}}),
+                      Case{"small", {2, 4, 2}}, Case{"20b", {1, 2, 2}},
+                      // FP8 KV cache: KV heads split over the ranks (one per rank at TP 8), DP groups
+                      Case{"small", {2, 1, 1}, true}, Case{"small", {8, 1, 1}, true},
+                      Case{"small", {2, 1, 2}, true}, Case{"20b", {2, 2, 1}, true}),
     [](const auto& info) {
         const Case& c = info.param;
         return c.model + "_tp" + std::to_string(c.layout.tp) + "_ep" + std::to_string(c.layout.ep) + "_dp" +
-               std::to_string(c.layout.dp);
+               std::to_string(c.layout.dp) + (c.fp8 ? "_fp8" : "");
     });
 
 }  // namespace

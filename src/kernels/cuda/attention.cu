@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention_prefill_wgmma.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -28,6 +29,16 @@ AttnPrefillKernel attention_prefill_kernel_default() {
         return v && std::string_view(v) == "0" ? AttnPrefillKernel::mma_sync : AttnPrefillKernel::wgmma;
     }();
     return k;
+}
+
+AttnFp8DecodeMma attention_fp8_decode_mma() {
+    static const AttnFp8DecodeMma m = [] {
+        const char* v = std::getenv("OSPREY_ATTN_FP8_DECODE");
+        if (!v || !*v || std::string_view(v) == "f16") return AttnFp8DecodeMma::f16;
+        OSPREY_CHECK(std::string_view(v) == "bf16", "OSPREY_ATTN_FP8_DECODE=", v, ": expected f16 or bf16");
+        return AttnFp8DecodeMma::bf16;
+    }();
+    return m;
 }
 
 int attention_wgmma_variant_default() {
@@ -121,6 +132,7 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
 }
 
 namespace {
+// ---- decode device code (scripts/emulate_attention_decode.sh runs it on the CPU) ----
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / kWarpSize;
@@ -132,6 +144,100 @@ static_assert(kTile == kWarps * 16 && kD == 64 && kAttnGroup == 8);
 
 constexpr size_t decode_smem_bytes() { return size_t(kStages) * 2 * kTile * kStride * sizeof(__nv_bfloat16); }
 static_assert(decode_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD + 2));  // reused for the merge
+
+// The end of a decode CTA: the 4 warps' (max, sum, output) merged through shared memory, then
+// normalised with the sink (it.partial < 0), or written as a partial (and with merge counters the last
+// split merges its token's partials). o[nt][e] is this lane's output column nt * 8 + c + e (BF16 kernel)
+// or dimension 8 (c + e) + nt (kFp8: the FP8 kernel's permuted V columns).
+template <bool kFp8>
+__device__ __forceinline__ void attention_decode_finish(const AttnArgs& a, const AttnItem& it, const AttnMerge* merges,
+                                                        int g, float m, float l, float (&o)[8][4],
+                                                        unsigned char* smem_raw) {
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int h = lane / 4, c = 2 * (lane % 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+
+    // Merge the 4 warps through shared memory: red_o [warp][head][64], red_ml [warp][head] (max, sum).
+    __syncthreads();  // every warp is done with the K/V stages
+    float* red_o = reinterpret_cast<float*>(smem_raw);
+    float2* red_ml = reinterpret_cast<float2*>(red_o + kWarps * kAttnGroup * kD);
+    if constexpr (kFp8) {  // column n of n-tile nt is dimension 8n + nt (the FP8 kernel's V layout)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) red_o[(warp * kAttnGroup + h) * kD + 8 * (c + e) + nt] = o[nt][e];
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+            *reinterpret_cast<float2*>(&red_o[(warp * kAttnGroup + h) * kD + nt * 8 + c]) = make_float2(o[nt][0], o[nt][1]);
+    }
+    if (lane % 4 == 0) red_ml[warp * kAttnGroup + h] = make_float2(m, l);
+    __syncthreads();
+
+    const int row = threadIdx.x / 16, d4 = (threadIdx.x % 16) * 4;  // 8 heads x 16 groups of 4 dims
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_ml[w * kAttnGroup + row].x);
+    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
+    if (mx != -INFINITY) {
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float2 ml = red_ml[w * kAttnGroup + row];
+            const float wt = expf(ml.x - mx);  // 0 for a warp that saw no allowed key
+            sum += ml.y * wt;
+            const float4 v = *reinterpret_cast<const float4*>(&red_o[(w * kAttnGroup + row) * kD + d4]);
+            acc[0] += v.x * wt, acc[1] += v.y * wt, acc[2] += v.z * wt, acc[3] += v.w * wt;
+        }
+    }
+    const int head = g * kAttnGroup + row;
+    if (it.partial < 0) {
+        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
+        const float mf = fmaxf(mx, sink);
+        const float keep = expf(mx - mf);
+        const float scale = keep / (sum * keep + expf(sink - mf));
+        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(it.q_token) * a.ld_out + head * kD + d4);
+        out[0] = pack_bf16(acc[0] * scale, acc[1] * scale);
+        out[1] = pack_bf16(acc[2] * scale, acc[3] * scale);
+    } else {
+        const size_t pidx = (size_t(it.partial) * a.n_kv_heads + g) * kAttnGroup + row;
+        *reinterpret_cast<float4*>(a.partial_acc + pidx * kD + d4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        if (d4 == 0) a.partial_ml[pidx] = make_float2(mx, sum);
+        if (a.merge_counters == nullptr) return;  // attention_merge_kernel merges
+        // Fused merge: the last of the token's splits to arrive (for this KV head) merges them all, in
+        // split order (deterministic), and leaves the counter at zero for the next call. The partials
+        // are published with a fence before the arrival and read from L2 after it.
+        __shared__ int s_last;
+        __threadfence();
+        __syncthreads();
+        const AttnMerge mg = merges[it.merge];
+        if (threadIdx.x == 0) {
+            int32_t* counter = a.merge_counters + size_t(it.merge) * a.n_kv_heads + g;
+            s_last = atomicAdd(counter, 1) == mg.n_partials - 1;
+            if (s_last) *counter = 0;
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
+        float mf = sink;
+        for (int s = 0; s < mg.n_partials; ++s)
+            mf = fmaxf(mf, __ldcg(&a.partial_ml[(size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row].x));
+        float den = expf(sink - mf);  // the sink, counted once
+        float o[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int s = 0; s < mg.n_partials; ++s) {
+            const size_t q = (size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row;
+            const float2 ml = __ldcg(&a.partial_ml[q]);
+            const float w = expf(ml.x - mf);  // 0 for a split that saw no allowed key (max = -inf)
+            den += ml.y * w;
+            const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + q * kD + d4));
+            o[0] += v.x * w, o[1] += v.y * w, o[2] += v.z * w, o[3] += v.w * w;
+        }
+        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(mg.token) * a.ld_out + head * kD + d4);
+        out[0] = pack_bf16(o[0] / den, o[1] / den);
+        out[1] = pack_bf16(o[2] / den, o[3] / den);
+    }
+}
 
 // The decode kernel: one CTA = one decode item (one token, a range of its keys) x one KV head, on
 // tensor cores. The 8 query heads of the group are the rows of a 16-row mma fragment (rows 8-15 are
@@ -250,81 +356,215 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
         }
     }
     cp_async_wait_all();
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    attention_decode_finish<false>(a, it, merges, g, m, l, o, smem_raw);
+}
 
-    // Merge the 4 warps through shared memory: red_o [warp][head][64], red_ml [warp][head] (max, sum).
-    __syncthreads();  // every warp is done with the K/V stages
-    float* red_o = reinterpret_cast<float*>(smem_raw);
-    float2* red_ml = reinterpret_cast<float2*>(red_o + kWarps * kAttnGroup * kD);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-        *reinterpret_cast<float2*>(&red_o[(warp * kAttnGroup + h) * kD + nt * 8 + c]) = make_float2(o[nt][0], o[nt][1]);
-    if (lane % 4 == 0) red_ml[warp * kAttnGroup + h] = make_float2(m, l);
-    __syncthreads();
+// ---- FP8 decode (kv_fp8.h) ----
+// The same decomposition as attention_decode_kernel (one CTA = one decode item x one KV head, 4 warps
+// of 16 keys per 64-key tile, mma.sync with the group's 8 heads as rows 0-7), reading E4M3 codes: a
+// key row is 64 bytes (four 16-byte cp.async chunks) and its K and V multipliers 4 bytes each, so a
+// tile is 8.5 KB instead of 16 KB. No ldmatrix: each lane builds its B fragments from shared memory
+// with 16-byte (K) and 8-byte (V) loads and converts the codes exactly to bf16 (cvt e4m3x2 -> f16x2 ->
+// bf16x2). Two permutations make those loads contiguous, both invisible outside the kernel:
+//   K: the head dimension of S = Q·Kᵀ is summed in any order, so lane quad t (= lane % 4) takes the
+//      16 bytes [16t, 16t + 16) of a key for all four k-steps (k-step ks, fragment half hi, element e
+//      is dimension 16t + 4ks + 2hi + e), and Q is loaded with the same permutation.
+//   V: B column n of output n-tile nt is dimension 8n + nt, so a lane (n = lane / 4) reads the 8 bytes
+//      [8n, 8n + 8) of its four keys and pairs bytes of two keys with prmt; the finish stores columns
+//      back in order (attention_decode_finish<true>).
+// The multipliers are applied in FP32: S = s_k · (Q·codes) per key, and P·V as Σ bf16(p · s_v) · codes
+// while the softmax sum takes the unscaled p. Chunk q of key row r sits at chunk q ^ (2 · ((r >> 2) & 1))
+// and the two V loads of a lane go in the order that keeps each 16-lane phase on distinct banks. V
+// bytes of keys c and c + 1 are paired by __byte_perm (prmt): selector 0x5140 gives bytes 0 and 1 of
+// both as two e4m3x2 pairs, 0x7362 bytes 2 and 3.
+constexpr int kF8Row = kD;     // bytes per key row (codes)
+constexpr int kF8Stages = 4;   // tiles in flight (each half the bytes of a BF16 tile)
+constexpr int kF8TileBytes = kTile * kF8Row;
+constexpr size_t decode_fp8_smem_bytes() {
+    return size_t(kF8Stages) * (2 * kF8TileBytes + 2 * kTile * sizeof(float));
+}
+static_assert(decode_fp8_smem_bytes() >= sizeof(float) * kWarps * kAttnGroup * (kD + 2));
+__device__ __forceinline__ int f8_chunk(int key, int q) { return q ^ (((key >> 2) & 1) * 2); }
 
-    const int row = threadIdx.x / 16, d4 = (threadIdx.x % 16) * 4;  // 8 heads x 16 groups of 4 dims
-    float mx = -INFINITY;
+// kF16 (the default, attention_fp8_decode_mma()): the MMAs in FP16 instead of BF16. Every E4M3 value
+// is an FP16 value and cvt.rn.f16x2.e4m3x2 gives it in one instruction (BF16 needs three more: f16x2 ->
+// f32 -> bf16x2), and Q (BF16, |q| / 8 < 65504 assumed) converts exactly, so S = Q·codes is exact
+// up to FP32 accumulation. P·V: P' = p · s_v / s_ref in FP16 (2^-11 relative; s_ref the largest
+// multiplier of the warp's 16 keys, so P' <= 1), accumulated per tile and added as o = o · corr +
+// s_ref · (P'·codes). !kF16: BF16 operands, P rounded as bf16(p · s_v) into the running accumulators.
+template <bool kF16>
+__global__ void __launch_bounds__(kThreads) attention_decode_fp8_kernel(const AttnArgs a, const AttnItem* items,
+                                                                       const AttnMerge* merges) {
+    pdl_enter();  // launch.cuh: before any early return or global access
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    uint8_t* k_s = smem_raw;                                   // [kF8Stages][kTile][64] codes (swizzled chunks)
+    uint8_t* v_s = k_s + kF8Stages * kF8TileBytes;
+    float* ks_s = reinterpret_cast<float*>(v_s + kF8Stages * kF8TileBytes);  // [kF8Stages][kTile]
+    float* vs_s = ks_s + kF8Stages * kTile;
+
+    const AttnItem it = items[blockIdx.x];
+    const int g = blockIdx.y;
+    const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+    const int h = lane / 4, t4 = lane % 4, c = 2 * t4;
+    const int p = it.pos0;
+
+    // Q fragments (rows = heads) in the K permutation, scaled by 1/sqrt(64) = 0.125 (exact in bf16).
+    uint32_t qf[4][4];
+    {
+        const __nv_bfloat16* q = reinterpret_cast<const __nv_bfloat16*>(a.qkv) + size_t(it.q_token) * a.ld_qkv +
+                                 (g * kAttnGroup + h) * kD + 16 * t4;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, red_ml[w * kAttnGroup + row].x);
-    float sum = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-    if (mx != -INFINITY) {
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float2 ml = red_ml[w * kAttnGroup + row];
-            const float wt = expf(ml.x - mx);  // 0 for a warp that saw no allowed key
-            sum += ml.y * wt;
-            const float4 v = *reinterpret_cast<const float4*>(&red_o[(w * kAttnGroup + row) * kD + d4]);
-            acc[0] += v.x * wt, acc[1] += v.y * wt, acc[2] += v.z * wt, acc[3] += v.w * wt;
+        for (int ks = 0; ks < 4; ++ks) {
+            const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(q + 4 * ks);
+            const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(q + 4 * ks + 2);
+            const auto pack = [](float x, float y) { return kF16 ? pack_f16(x, y) : pack_bf16(x, y); };
+            qf[ks][0] = pack(__low2float(lo) * 0.125f, __high2float(lo) * 0.125f);
+            qf[ks][1] = 0;
+            qf[ks][2] = pack(__low2float(hi) * 0.125f, __high2float(hi) * 0.125f);
+            qf[ks][3] = 0;
         }
     }
-    const int head = g * kAttnGroup + row;
-    if (it.partial < 0) {
-        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
-        const float mf = fmaxf(mx, sink);
-        const float keep = expf(mx - mf);
-        const float scale = keep / (sum * keep + expf(sink - mf));
-        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(it.q_token) * a.ld_out + head * kD + d4);
-        out[0] = pack_bf16(acc[0] * scale, acc[1] * scale);
-        out[1] = pack_bf16(acc[2] * scale, acc[3] * scale);
-    } else {
-        const size_t pidx = (size_t(it.partial) * a.n_kv_heads + g) * kAttnGroup + row;
-        *reinterpret_cast<float4*>(a.partial_acc + pidx * kD + d4) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-        if (d4 == 0) a.partial_ml[pidx] = make_float2(mx, sum);
-        if (a.merge_counters == nullptr) return;  // attention_merge_kernel merges
-        // Fused merge: the last of the token's splits to arrive (for this KV head) merges them all, in
-        // split order (deterministic), and leaves the counter at zero for the next call. The partials
-        // are published with a fence before the arrival and read from L2 after it.
-        __shared__ int s_last;
-        __threadfence();
-        __syncthreads();
-        const AttnMerge mg = merges[it.merge];
-        if (threadIdx.x == 0) {
-            int32_t* counter = a.merge_counters + size_t(it.merge) * a.n_kv_heads + g;
-            s_last = atomicAdd(counter, 1) == mg.n_partials - 1;
-            if (s_last) *counter = 0;
+
+    const int n_tiles = it.key_end > it.key_begin ? (it.key_end - it.key_begin + kTile - 1) / kTile : 0;
+    auto load_tile = [&](int t) {
+        const int kt = it.key_begin + t * kTile;
+        const int st = t % kF8Stages;
+#pragma unroll
+        for (int idx = threadIdx.x; idx < kTile * 4; idx += kThreads) {  // (key, 16-byte chunk)
+            const int key = idx / 4, q = idx % 4;
+            const int j = kt + key;
+            const bool valid = j < it.key_end;
+            const uint8_t *kp = a.cache8.k, *vp = a.cache8.v;
+            const float *ksp = a.cache8.k_scale, *vsp = a.cache8.v_scale;
+            if (valid) attention_kv_rows_fp8(a, it, g, j, kp, vp, ksp, vsp);
+            const int off = st * kF8TileBytes + key * kF8Row + f8_chunk(key, q) * 16;
+            cp_async16(k_s + off, kp + q * 16, valid);  // zero-filled past the end
+            cp_async16(v_s + off, vp + q * 16, valid);
+            if (q == 0) {
+                cp_async4(ks_s + st * kTile + key, ksp, valid);
+                cp_async4(vs_s + st * kTile + key, vsp, valid);
+            }
         }
-        __syncthreads();
-        if (!s_last) return;
-        __threadfence();
-        const float sink = __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(a.sinks)[head]);
-        float mf = sink;
-        for (int s = 0; s < mg.n_partials; ++s)
-            mf = fmaxf(mf, __ldcg(&a.partial_ml[(size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row].x));
-        float den = expf(sink - mf);  // the sink, counted once
-        float o[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int s = 0; s < mg.n_partials; ++s) {
-            const size_t q = (size_t(mg.first_partial + s) * a.n_kv_heads + g) * kAttnGroup + row;
-            const float2 ml = __ldcg(&a.partial_ml[q]);
-            const float w = expf(ml.x - mf);  // 0 for a split that saw no allowed key (max = -inf)
-            den += ml.y * w;
-            const float4 v = __ldcg(reinterpret_cast<const float4*>(a.partial_acc + q * kD + d4));
-            o[0] += v.x * w, o[1] += v.y * w, o[2] += v.z * w, o[3] += v.w * w;
-        }
-        uint32_t* out = reinterpret_cast<uint32_t*>(a.out + size_t(mg.token) * a.ld_out + head * kD + d4);
-        out[0] = pack_bf16(o[0] / den, o[1] / den);
-        out[1] = pack_bf16(o[2] / den, o[3] / den);
+    };
+#pragma unroll
+    for (int t = 0; t < kF8Stages - 1; ++t) {
+        if (t < n_tiles) load_tile(t);
+        cp_async_commit();
     }
+
+    float m = -INFINITY, l = 0.f;
+    float o[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.f;
+    // This lane's V rows (keys c, c + 1 and c + 8, c + 9 of the warp's 16): loaded in the order A, B.
+    const int v_first = c + (t4 & 1), v_second = c + 1 - (t4 & 1);
+
+    for (int t = 0; t < n_tiles; ++t) {
+        cp_async_wait<kF8Stages - 2>();
+        __syncthreads();
+        if (t + kF8Stages - 1 < n_tiles) load_tile(t + kF8Stages - 1);
+        cp_async_commit();
+
+        const int st = t % kF8Stages;
+        const uint8_t* kw = k_s + st * kF8TileBytes + warp * 16 * kF8Row;
+        const uint8_t* vw = v_s + st * kF8TileBytes + warp * 16 * kF8Row;
+        const float* ksc = ks_s + st * kTile + warp * 16;
+        const float* vsc = vs_s + st * kTile + warp * 16;
+        // S = Q · codesᵀ for this warp's 16 keys (n-tile nt: keys 8nt + lane / 4), then times s_k.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            const int key = nt * 8 + h;
+            const uint4 kc = *reinterpret_cast<const uint4*>(kw + key * kF8Row + f8_chunk(key, t4) * 16);
+            const uint32_t w[4] = {kc.x, kc.y, kc.z, kc.w};
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks)
+                if constexpr (kF16)
+                    mma_f16(s[nt], qf[ks], kv_fp8_to_f16x2(w[ks] & 0xFFFFu), kv_fp8_to_f16x2(w[ks] >> 16));
+                else
+                    mma_bf16(s[nt], qf[ks], kv_fp8_to_bf16x2(w[ks] & 0xFFFFu), kv_fp8_to_bf16x2(w[ks] >> 16));
+        }
+        const int j0 = it.key_begin + t * kTile + warp * 16 + c;
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int j = j0 + nt * 8 + e;
+                const bool ok = j < it.key_end && j <= p && (a.window == 0 || p - j < a.window);
+                s[nt][e] = ok ? s[nt][e] * ksc[nt * 8 + c + e] : -INFINITY;
+                tmax = fmaxf(tmax, s[nt][e]);
+            }
+        }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float m_new = fmaxf(m, tmax);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        const float corr = expf(m - base);
+        m = m_new;
+        float pr[2][2];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) pr[nt][0] = expf(s[nt][0] - base), pr[nt][1] = expf(s[nt][1] - base);
+        l = l * corr + (pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1]);
+        // O += (P · s_v) · codes over the 16 keys (one k-step); rows 8-15 of P are zero.
+        uint32_t pa[4];
+        float s_ref = 0.f;  // kF16: the largest multiplier of the 16 keys (0: all masked, P = 0)
+        if constexpr (kF16) {
+            s_ref = fmaxf(fmaxf(vsc[c], vsc[c + 1]), fmaxf(vsc[c + 8], vsc[c + 9]));
+            s_ref = fmaxf(s_ref, __shfl_xor_sync(0xffffffffu, s_ref, 1));
+            s_ref = fmaxf(s_ref, __shfl_xor_sync(0xffffffffu, s_ref, 2));
+            const float inv = s_ref > 0.f ? 1.f / s_ref : 0.f;
+            pa[0] = pack_f16(pr[0][0] * (vsc[c] * inv), pr[0][1] * (vsc[c + 1] * inv));
+            pa[2] = pack_f16(pr[1][0] * (vsc[c + 8] * inv), pr[1][1] * (vsc[c + 9] * inv));
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) o[nt][0] *= corr, o[nt][1] *= corr;
+            pa[0] = pack_bf16(pr[0][0] * vsc[c], pr[0][1] * vsc[c + 1]);
+            pa[2] = pack_bf16(pr[1][0] * vsc[c + 8], pr[1][1] * vsc[c + 9]);
+        }
+        pa[1] = pa[3] = 0u;
+        float ot[8][4];  // kF16: this tile's P'·codes
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) ot[nt][0] = ot[nt][1] = ot[nt][2] = ot[nt][3] = 0.f;
+        uint2 lo[2], hi[2];  // [keys c / c + 8]: bytes [8h, 8h + 8) of key c (lo) and c + 1 (hi)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r_a = v_first + 8 * half, r_b = v_second + 8 * half;
+            const uint2 va = *reinterpret_cast<const uint2*>(vw + r_a * kF8Row + f8_chunk(r_a, h / 2) * 16 + (h % 2) * 8);
+            const uint2 vb = *reinterpret_cast<const uint2*>(vw + r_b * kF8Row + f8_chunk(r_b, h / 2) * 16 + (h % 2) * 8);
+            lo[half] = (t4 & 1) ? vb : va;
+            hi[half] = (t4 & 1) ? va : vb;
+        }
+#pragma unroll
+        for (int wd = 0; wd < 2; ++wd) {  // bytes 0-3 (n-tiles 0-3), 4-7 (n-tiles 4-7)
+            uint32_t pairs[2][2];  // [keys c / c + 8][n-tiles 4wd + {0,1} / {2,3}]: two e4m3x2 pairs each
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const uint32_t x = wd ? lo[half].y : lo[half].x, y = wd ? hi[half].y : hi[half].x;
+                pairs[half][0] = __byte_perm(x, y, 0x5140);
+                pairs[half][1] = __byte_perm(x, y, 0x7362);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int nt = 4 * wd + q;
+                const uint32_t x0 = (pairs[0][q / 2] >> (16 * (q % 2))) & 0xFFFFu;
+                const uint32_t x1 = (pairs[1][q / 2] >> (16 * (q % 2))) & 0xFFFFu;
+                if constexpr (kF16)
+                    mma_f16(ot[nt], pa, kv_fp8_to_f16x2(x0), kv_fp8_to_f16x2(x1));
+                else
+                    mma_bf16(o[nt], pa, kv_fp8_to_bf16x2(x0), kv_fp8_to_bf16x2(x1));
+            }
+        }
+        if constexpr (kF16) {
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt) {
+                o[nt][0] = fmaf(o[nt][0], corr, ot[nt][0] * s_ref);
+                o[nt][1] = fmaf(o[nt][1], corr, ot[nt][1] * s_ref);
+            }
+        }
+    }
+    cp_async_wait_all();
+    attention_decode_finish<true>(a, it, merges, g, m, l, o, smem_raw);
 }
 
 // One CTA = one split decode token x one KV head; warp h merges query head g * kGroup + h.
@@ -354,9 +594,21 @@ __global__ void __launch_bounds__(kAttnGroup * kWarpSize) attention_merge_kernel
     *o = __floats2bfloat162_rn(o0 / den, o1 / den);
 }
 
+// ---- end of decode device code ----
+
 void launch_decode(const AttnArgs& a, const AttnItem* items, int n_items, const AttnMerge* merges,
-                   cudaStream_t stream) {
+                   AttnFp8DecodeMma fp8_mma, cudaStream_t stream) {
     if (n_items == 0) return;
+    if (a.cache8.on()) {
+        if (fp8_mma == AttnFp8DecodeMma::f16)
+            cuda::launch(attention_decode_fp8_kernel<true>, dim3(n_items, a.n_kv_heads), kThreads,
+                         decode_fp8_smem_bytes(), stream, a, items, merges);
+        else
+            cuda::launch(attention_decode_fp8_kernel<false>, dim3(n_items, a.n_kv_heads), kThreads,
+                         decode_fp8_smem_bytes(), stream, a, items, merges);
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     cuda::launch(attention_decode_kernel, dim3(n_items, a.n_kv_heads), kThreads, decode_smem_bytes(), stream, a, items,
                  merges);
     CUDA_CHECK(cudaGetLastError());
@@ -370,6 +622,10 @@ void attention_configure() {
     thread_local const bool done = [] {
         CUDA_CHECK(cudaFuncSetAttribute(attention_decode_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(decode_smem_bytes())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_fp8_kernel<true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(decode_fp8_smem_bytes())));
+        CUDA_CHECK(cudaFuncSetAttribute(attention_decode_fp8_kernel<false>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(decode_fp8_smem_bytes())));
         attention_prefill_wgmma_configure();
         return true;
     }();
@@ -389,7 +645,10 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
                  "attention: cache rows ", a.rows, " for window ", a.window);
     OSPREY_CHECK(a.ring || a.page_table, "attention: paged layer without a page table");
     OSPREY_CHECK(plan.n_merges == 0 || (a.partial_acc && a.partial_ml), "attention: split plan without scratch");
-    launch_decode(a, plan.decode, plan.n_decode, plan.merges, stream);
+    OSPREY_CHECK(!a.cache8.on() || (a.cache8.v && a.cache8.k_scale && a.cache8.v_scale && a.step8.on() && a.step8.v &&
+                                    a.step8.k_scale && a.step8.v_scale),
+                 "attention: FP8 KV cache without its multipliers or the step's FP8 rows");
+    launch_decode(a, plan.decode, plan.n_decode, plan.merges, plan.fp8_decode, stream);
     if (plan.prefill_kernel == AttnPrefillKernel::wgmma)
         attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, plan.wgmma_variant, stream);  // wgmma
     else

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cuda/kv_fp8.h"
 
 namespace osprey::cuda {
 
@@ -87,6 +88,13 @@ int attention_wgmma_variant_default();
 enum class AttnPrefillKernel : int32_t { mma_sync, wgmma };
 // wgmma by default; $OSPREY_ATTN_WGMMA=0 selects mma_sync (read once per process).
 AttnPrefillKernel attention_prefill_kernel_default();
+
+// The FP8-KV decode kernel's MMA operands (attention.cu, attention_decode_fp8_kernel): f16 (the
+// default: one cvt per pair of codes, exact S, P·V with P in FP16 against the tile's largest V
+// multiplier) or bf16 (three more instructions per pair, P rounded as bf16(p · s_v)). For A/B runs:
+// $OSPREY_ATTN_FP8_DECODE=f16|bf16 (read once per process; the default of AttnDevicePlan::fp8_decode).
+enum class AttnFp8DecodeMma : int32_t { f16, bf16 };
+AttnFp8DecodeMma attention_fp8_decode_mma();
 
 struct AttnSlice {
     int32_t first_token = 0;  // first row of the slice in the step's activations
@@ -150,6 +158,7 @@ struct AttnDevicePlan {
     int n_merges = 0;
     AttnPrefillKernel prefill_kernel = AttnPrefillKernel::mma_sync;  // AttnPlan::prefill_kernel
     int wgmma_variant = 0;                                           // AttnPlan::wgmma_variant
+    AttnFp8DecodeMma fp8_decode = attention_fp8_decode_mma();        // FP8 KV decode kernel's MMA type
 };
 
 struct AttnArgs {
@@ -173,6 +182,13 @@ struct AttnArgs {
     // Non-null: the last split CTA of a (token, KV head) to finish merges its partials itself (no
     // merge kernel: one launch fewer per layer); null: attention_merge_kernel does it.
     int32_t* merge_counters = nullptr;
+    // FP8 KV cache (kv_fp8.h; --kv-cache-dtype fp8): with cache8 set, k_cache/v_cache are unused; keys
+    // before the slice's start come from cache8 and the step's own from step8 (its rows quantised by
+    // rope(), one block of one row per token) instead of from qkv. Decode reads the codes directly
+    // (16-byte loads, the multipliers applied to the scores and to P); prefill dequantises K/V tiles to
+    // BF16 while staging them into shared memory.
+    KvFp8 cache8 = {};
+    KvFp8 step8 = {};
 };
 
 // Raises the kernels' shared-memory limits; called by attention() itself, and by owners of CUDA

@@ -26,4 +26,26 @@ __device__ inline void attention_kv_rows(const AttnArgs& a, const AttnItem& it, 
     }
 }
 
+// The FP8 cache (kv_fp8.h, a.cache8 set): codes (kAttnHeadDim bytes each) and multipliers of key j's K
+// and V rows, from the step's quantised rows (a.step8, one block per token) for positions the step
+// computes, else from the cache.
+__device__ inline void attention_kv_rows_fp8(const AttnArgs& a, const AttnItem& it, int g, int j, const uint8_t*& kp,
+                                             const uint8_t*& vp, const float*& ks, const float*& vs) {
+    constexpr int kD = kAttnHeadDim;
+    size_t idx;  // (block, head, row) of the row
+    const KvFp8* src;
+    if (j >= it.slice_start_pos) {
+        idx = size_t(it.slice_first_token + j - it.slice_start_pos) * a.n_kv_heads + g;
+        src = &a.step8;
+    } else {
+        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
+        idx = (size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows;
+        src = &a.cache8;
+    }
+    kp = src->k + idx * kD;
+    vp = src->v + idx * kD;
+    ks = src->k_scale + idx;
+    vs = src->v_scale + idx;
+}
+
 }  // namespace osprey::cuda

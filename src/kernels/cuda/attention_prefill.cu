@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/attention_kv.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -71,7 +72,13 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(const AttnA
             const int j = kt + key;
             __nv_bfloat16* ks = &k_s[key * kStride + part * 8];
             __nv_bfloat16* vs = &v_s[key * kStride + part * 8];
-            if (j < it.key_end) {
+            if (j < it.key_end && a.cache8.on()) {  // FP8 cache: dequantised to bf16 while staging
+                const uint8_t *kp, *vp;
+                const float *ksp, *vsp;
+                attention_kv_rows_fp8(a, it, g, j, kp, vp, ksp, vsp);
+                *reinterpret_cast<uint4*>(ks) = kv_fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(kp + part * 8), *ksp);
+                *reinterpret_cast<uint4*>(vs) = kv_fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(vp + part * 8), *vsp);
+            } else if (j < it.key_end) {
                 const __nv_bfloat16 *kp, *vp;
                 attention_kv_rows(a, it, g, j, kp, vp);
                 cp_async16(ks, kp + part * 8);

@@ -9,6 +9,7 @@
 #include "kernels/cuda/attention_kv.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/dispatch.h"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
@@ -126,9 +127,24 @@ __device__ void attention_wgmma_produce(const AttnArgs& a, const AttnItem* items
             for (int rr = 0; rr < C::kBlockN / 16; ++rr) {
                 const int key = sub + 16 * rr, j = kt + key;
                 const bool valid = j < it.key_end;
+                const uint32_t dst = s * C::kTileBytes + sm90::sw128_offset(key, c * 8);
+                if (a.cache8.on()) {
+                    // FP8 cache: dequantised to bf16 here (plain loads and stores, complete before the
+                    // fence of signal_previous, which covers them as it covers the cp.async copies).
+                    uint4 kx = make_uint4(0, 0, 0, 0), vx = kx;
+                    if (valid) {
+                        const uint8_t *kp, *vp;
+                        const float *ksp, *vsp;
+                        attention_kv_rows_fp8(a, it, g, j, kp, vp, ksp, vsp);
+                        kx = kv_fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(kp + c * 8), *ksp);
+                        vx = kv_fp8x8_to_bf16x8(*reinterpret_cast<const uint2*>(vp + c * 8), *vsp);
+                    }
+                    *reinterpret_cast<uint4*>(sm.k + dst) = kx;
+                    *reinterpret_cast<uint4*>(sm.v + dst) = vx;
+                    continue;
+                }
                 const __nv_bfloat16 *kp = qkv, *vp = qkv;
                 if (valid) attention_kv_rows(a, it, g, j, kp, vp);
-                const uint32_t dst = s * C::kTileBytes + sm90::sw128_offset(key, c * 8);
                 cp_async16(sm.k + dst, kp + (valid ? c * 8 : 0), valid);
                 cp_async16(sm.v + dst, vp + (valid ? c * 8 : 0), valid);
             }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cuda/kv_fp8.h"
 
 namespace osprey::cuda {
 
@@ -45,6 +46,10 @@ struct KvStoreArgs {
     int rows = 0;
     const KvStoreRow* dst = nullptr;  // [n] device
     int n = 0;
+    // FP8 KV cache (kv_fp8.h): with cache8 set, the rows are copied from the step's quantised rows
+    // step8 (written by rope(), block = token) into cache8, and qkv/k_cache/v_cache are unused.
+    KvFp8 step8 = {};
+    KvFp8 cache8 = {};
 };
 
 void kv_store(const KvStoreArgs& a, cudaStream_t stream);

@@ -19,6 +19,11 @@ __device__ inline void cp_async16(void* smem, const void* gmem, bool valid = tru
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
                  "r"(valid ? 16 : 0));
 }
+// 4 bytes global -> shared (through L1: .cg takes only 16), zero-filled when !valid.
+__device__ inline void cp_async4(void* smem, const void* gmem, bool valid = true) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(smem)), "l"(gmem),
+                 "r"(valid ? 4 : 0));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>
@@ -50,6 +55,22 @@ __device__ inline void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2,
 }
 __device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+// c[16x8] += a[16x16] · b[16x8], FP16 in, FP32 accumulate (same fragment layouts).
+__device__ inline void mma_f16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as an f16x2 register (round to nearest even), lo in the low half.
+__device__ inline uint32_t pack_f16(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 
 // Two floats as a bf16x2 register (round to nearest even), lo in the low half.

@@ -9,6 +9,11 @@
 // Used for decode-only steps, where storing before attention is equivalent (a one-token slice
 // overwrites only a ring row outside its window, and attention reads the step's own key from qkv)
 // and saves one launch per layer.
+//
+// FP8 KV cache (step8 set, head_dim 64): after the rotation every K and V head of the token is
+// quantised (amax / 448 multiplier, E4M3 codes, as the CPU reference: kv_fp8.h) into step8 (rows = 1,
+// block = token), which the attention of this step reads; with a store the codes and multipliers go
+// to cache8 instead of k_cache/v_cache. qkv itself keeps the unrounded BF16 values.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +21,7 @@
 #include <cstdint>
 
 #include "core/bf16.h"
+#include "kernels/cuda/kv_fp8.h"
 #include "kernels/cuda/kv_store.h"
 
 namespace osprey::cuda {
@@ -35,6 +41,10 @@ struct RopeArgs {
     bf16* k_cache = nullptr;             // [n_blocks, n_kv_heads, rows, head_dim]
     bf16* v_cache = nullptr;
     int rows = 0;                        // rows per block of that layer's cache
+    // FP8 KV cache (see above): the step's quantised rows [n_tokens, n_kv_heads, head_dim] and, with a
+    // store, the layer's FP8 cache (then k_cache/v_cache stay null).
+    KvFp8 step8 = {};
+    KvFp8 cache8 = {};
 };
 
 void rope(const RopeArgs& a, cudaStream_t stream);

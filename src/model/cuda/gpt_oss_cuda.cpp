@@ -101,6 +101,7 @@ struct CudaRunner::Activations {
     float2* partial_ml = nullptr;  // [P, n_kv, group]
     int32_t* merge_counters = nullptr;  // [max_slices, n_kv] arrival counters of the fused merge (zeroed once)
     int max_partials = 0;
+    cuda::KvFp8 step8;  // FP8 KV: this step's quantised K/V rows [T, n_kv, head_dim] and multipliers [T, n_kv]
     MoeStep moe_step;
     cuda::Sampler sampler;  // non-greedy sampling on the GPU (owns its small parameter/result buffers)
 };
@@ -165,6 +166,10 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     rope_cos_.upload(rope_.cos());
     rope_sin_.upload(rope_.sin());
     blas_ = std::make_unique<cuda::Blas>();
+    OSPREY_CHECK(options_.kv_dtype == KvDtype::bf16 || options_.kv_dtype == KvDtype::fp8_e4m3,
+                 "cuda: the KV cache is bf16 or fp8, not ", kv_dtype_name(options_.kv_dtype));
+    OSPREY_CHECK(!fp8_kv() || c.head_dim == cuda::kAttnHeadDim, "cuda: the FP8 KV cache is compiled for head_dim ",
+                 cuda::kAttnHeadDim);
     cuda::attention_configure();  // before any graph capture
 
     const size_t T = size_t(options_.max_tokens), R = size_t(options_.max_logit_rows);
@@ -185,6 +190,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
                    W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
                    MoeStep::workspace_bytes(moe_config, int(T_moe)) +
                    (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0) +
+                   (fp8_kv() ? 2 * (W::bytes_for<uint8_t>(T * c.kv_dim()) + W::bytes_for<float>(T * c.n_kv_heads)) : 0) +
                    (dims_.dp ? W::bytes_for<bf16>(T_moe * H) + W::bytes_for<float>(T_moe * H) : 0);
     workspace_ = cuda::Workspace(bytes);
     act_ = std::make_unique<Activations>();
@@ -209,6 +215,12 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.max_partials = int(P);
     a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_);
     if (dims_.attn_reduce) a.proj = workspace_.take<float>(T * H, "out-projection partial sums");
+    if (fp8_kv()) {
+        a.step8.k = workspace_.take<uint8_t>(T * c.kv_dim(), "FP8 K rows of the step");
+        a.step8.v = workspace_.take<uint8_t>(T * c.kv_dim(), "FP8 V rows of the step");
+        a.step8.k_scale = workspace_.take<float>(T * c.n_kv_heads, "FP8 K multipliers of the step");
+        a.step8.v_scale = workspace_.take<float>(T * c.n_kv_heads, "FP8 V multipliers of the step");
+    }
     if (dims_.dp) {
         a.h_all = workspace_.take<bf16>(T_moe * H, "every DP group's tokens");
         a.moe_all = workspace_.take<float>(T_moe * H, "every DP group's MoE output");
@@ -251,6 +263,8 @@ std::string CudaRunner::name() const { return "cuda:" + cuda::device_name(); }
 size_t CudaRunner::kv_budget_bytes() const {
     size_t held = 0;
     for (size_t i = 0; i < k_cache_.size(); ++i) held += k_cache_[i].bytes() + v_cache_[i].bytes();
+    for (size_t i = 0; i < k8_cache_.size(); ++i)
+        held += k8_cache_[i].bytes() + v8_cache_[i].bytes() + k8_scale_[i].bytes() + v8_scale_[i].bytes();
     // Ranks sharing the GPU (same-device tests) share its free memory; each holds its own cache.
     const size_t ranks = options_.shard ? size_t(std::max(1, options_.shard->ranks_on_device)) : 1;
     const size_t free = (cuda::mem_info().free + held * ranks) / ranks;
@@ -273,7 +287,30 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     graphs_.clear();  // they hold the old cache pointers
     k_cache_.clear();
     v_cache_.clear();
+    k8_cache_.clear();
+    v8_cache_.clear();
+    k8_scale_.clear();
+    v8_scale_.clear();
     layout_ = layout;
+    if (fp8_kv()) {  // codes and multipliers in arrays of their own: kv_spec's bytes, codes 16-byte aligned
+        k8_cache_.resize(c.n_layers);
+        v8_cache_.resize(c.n_layers);
+        k8_scale_.resize(c.n_layers);
+        v8_scale_.resize(c.n_layers);
+        for (int i = 0; i < c.n_layers; ++i) {
+            const size_t rows = size_t(layout.rows(layout.spec.kind_of(i)));
+            k8_cache_[i].resize(rows * dims_.kv_dim);
+            v8_cache_[i].resize(rows * dims_.kv_dim);
+            k8_scale_[i].resize(rows * dims_.n_kv_heads);
+            v8_scale_[i].resize(rows * dims_.n_kv_heads);
+            k8_cache_[i].fill_bytes(0);
+            v8_cache_[i].fill_bytes(0);
+            k8_scale_[i].fill_bytes(0);
+            v8_scale_[i].fill_bytes(0);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return;
+    }
     k_cache_.resize(c.n_layers);
     v_cache_.resize(c.n_layers);
     for (int i = 0; i < c.n_layers; ++i) {
@@ -286,11 +323,32 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+cuda::KvFp8 CudaRunner::cache8(int layer) {
+    return {.k = k8_cache_[layer].get(), .v = v8_cache_[layer].get(), .k_scale = k8_scale_[layer].get(),
+            .v_scale = v8_scale_[layer].get()};
+}
+
 // Runs cover whole blocks, so a block's bytes are contiguous whatever the order of heads and rows
-// inside it ([n_kv_heads, rows, head_dim] here).
+// inside it ([n_kv_heads, rows, head_dim] here; FP8: codes and multipliers each in that order).
+
 void CudaRunner::copy_kv(const KvCopyPlan& plan) {
-    OSPREY_CHECK(!k_cache_.empty(), "copy_kv: allocate_kv first");
+    OSPREY_CHECK(!k_cache_.empty() || !k8_cache_.empty(), "copy_kv: allocate_kv first");
     check_kv_copy_plan(plan, layout_);
+    if (fp8_kv()) {  // codes (kv_dim bytes per row) and multipliers (n_kv_heads floats per row)
+        auto copy = [&](void* base, size_t row_bytes, const KvRowRun& r) {
+            CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(base) + size_t(r.dst) * row_bytes,
+                                       static_cast<const char*>(base) + size_t(r.src) * row_bytes,
+                                       size_t(r.n) * row_bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+        };
+        for (const KvRowRun& r : plan.runs)
+            for (int layer : layout_.spec.group(r.group).layers) {
+                copy(k8_cache_[layer].get(), size_t(dims_.kv_dim), r);
+                copy(v8_cache_[layer].get(), size_t(dims_.kv_dim), r);
+                copy(k8_scale_[layer].get(), size_t(dims_.n_kv_heads) * sizeof(float), r);
+                copy(v8_scale_[layer].get(), size_t(dims_.n_kv_heads) * sizeof(float), r);
+            }
+        return;
+    }
     const size_t row_bytes = layout_.spec.tensor_row_bytes();
     for (const KvRowRun& r : plan.runs)
         for (int layer : layout_.spec.group(r.group).layers)
@@ -308,7 +366,7 @@ void CudaRunner::check_batch(const ForwardBatch& batch) const {
                  " sequences in one step, the CUDA runner was sized for ", options_.max_slices);
     OSPREY_CHECK(batch.n_logit_rows() <= options_.max_logit_rows, "forward: ", batch.n_logit_rows(),
                  " logit rows in one step, the CUDA runner was sized for ", options_.max_logit_rows);
-    OSPREY_CHECK(!k_cache_.empty(), "forward: allocate_kv first");
+    OSPREY_CHECK(!k_cache_.empty() || !k8_cache_.empty(), "forward: allocate_kv first");
     check_forward_batch(batch, config_, layout_);
 }
 
@@ -625,10 +683,15 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     cuda::RopeArgs ra{.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
                       .n_tokens = T, .ld = qkv_width, .n_q_heads = d.n_heads, .n_kv_heads = d.n_kv_heads,
                       .head_dim = c.head_dim};
+    if (fp8_kv()) ra.step8 = a.step8;  // FP8 KV: the step's K/V rows quantised (what attention reads)
     if (step.store_in_rope) {
         ra.store = sliding ? step.store_window : step.store_full;
-        ra.k_cache = k_cache_[layer].get();
-        ra.v_cache = v_cache_[layer].get();
+        if (fp8_kv()) {
+            ra.cache8 = cache8(layer);
+        } else {
+            ra.k_cache = k_cache_[layer].get();
+            ra.v_cache = v_cache_[layer].get();
+        }
         ra.rows = rows;
     }
     cuda::rope(ra, stream_);
@@ -643,8 +706,8 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .ld_out = d.q_dim,
                      .qkv = a.qkv,
                      .ld_qkv = qkv_width,
-                     .k_cache = k_cache_[layer].get(),
-                     .v_cache = v_cache_[layer].get(),
+                     .k_cache = fp8_kv() ? nullptr : k_cache_[layer].get(),
+                     .v_cache = fp8_kv() ? nullptr : v_cache_[layer].get(),
                      .rows = rows,
                      .ring = sliding,
                      .window = sliding ? c.sliding_window : 0,
@@ -655,7 +718,9 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .head_dim = c.head_dim,
                      .partial_acc = a.partial_acc,
                      .partial_ml = a.partial_ml,
-                     .merge_counters = a.merge_counters},
+                     .merge_counters = a.merge_counters,
+                     .cache8 = fp8_kv() ? cache8(layer) : cuda::KvFp8{},
+                     .step8 = fp8_kv() ? a.step8 : cuda::KvFp8{}},
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, d.q_dim, true);
@@ -665,11 +730,13 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                     .n_q_heads = d.n_heads,
                     .n_kv_heads = d.n_kv_heads,
                     .head_dim = c.head_dim,
-                    .k_cache = k_cache_[layer].get(),
-                    .v_cache = v_cache_[layer].get(),
+                    .k_cache = fp8_kv() ? nullptr : k_cache_[layer].get(),
+                    .v_cache = fp8_kv() ? nullptr : v_cache_[layer].get(),
                     .rows = rows,
                     .dst = sliding ? step.store_window : step.store_full,
-                    .n = sliding ? step.n_store_window : step.n_store_full},
+                    .n = sliding ? step.n_store_window : step.n_store_full,
+                    .step8 = fp8_kv() ? a.step8 : cuda::KvFp8{},
+                    .cache8 = fp8_kv() ? cache8(layer) : cuda::KvFp8{}},
                    stream_);
     mark("kv_store");
 

@@ -1,8 +1,9 @@
 // The CUDA backend: gpt-oss's forward pass on one GPU over a ragged batch, step for step like the
 // CPU reference (model/gpt_oss_ref.h: same step names, same order), as kernel launches on one
 // stream. BF16 weights and activations, MXFP4 experts as shipped, an FP32 residual stream, FP32
-// accumulation everywhere, BF16 K/V in a paged cache (full layers) and per-sequence 128-row rings
-// (sliding layers).
+// accumulation everywhere, BF16 K/V (or FP8 E4M3 with a multiplier per position and KV head:
+// CudaRunnerOptions::kv_dtype, kernels/cuda/kv_fp8.h) in a paged cache (full layers) and per-sequence
+// 128-row rings (sliding layers).
 //
 // Step names (as the CPU reference; passed to the dump hook as [rows, width] f32), per block i:
 //   attn_norm, q, k, v (q and k after RoPE), attn, resid_attn (x after the attention residual; the
@@ -43,6 +44,9 @@ struct CudaRunnerOptions {
     // Replay steps of decodes and speculative verifies (every token of every slice gets a logit row)
     // from CUDA graphs, one per shape (CudaRunner::GraphKey).
     bool graphs = true;
+    // The KV cache's element type: bf16 (the default), or fp8_e4m3 (--kv-cache-dtype fp8: E4M3 codes and
+    // one F32 multiplier per position and KV head, as the CPU reference; kernels/cuda/kv_fp8.h).
+    KvDtype kv_dtype = KvDtype::bf16;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the
@@ -76,7 +80,7 @@ public:
 
     const Config& config() const override { return config_; }
     std::string name() const override;
-    KvDtype kv_dtype() const override { return KvDtype::bf16; }
+    KvDtype kv_dtype() const override { return options_.kv_dtype; }
     KvSpec kv_spec(int page_size) const override;  // this rank's KV heads only
     size_t kv_budget_bytes() const override;
     void allocate_kv(const KvLayout& layout) override;
@@ -173,7 +177,12 @@ private:
     cuda::DeviceBuffer<float> full_logits_;  // sharded, non-greedy sampling: the group's [R, vocab] on its first rank
 
     KvLayout layout_;
-    std::vector<cuda::DeviceBuffer<bf16>> k_cache_, v_cache_;  // [n_layers] (layout in attention.h)
+    std::vector<cuda::DeviceBuffer<bf16>> k_cache_, v_cache_;  // [n_layers] (layout in attention.h), bf16 cache
+    // FP8 cache (kv_fp8.h): [n_layers] codes and multipliers of K and V.
+    std::vector<cuda::DeviceBuffer<uint8_t>> k8_cache_, v8_cache_;
+    std::vector<cuda::DeviceBuffer<float>> k8_scale_, v8_scale_;
+    bool fp8_kv() const { return options_.kv_dtype == KvDtype::fp8_e4m3; }
+    cuda::KvFp8 cache8(int layer);  // the layer's FP8 cache (fp8_kv())
 
     // Per-step metadata: packed on the host in pinned memory, uploaded with one copy.
     cuda::PinnedBuffer<uint8_t> meta_host_;

@@ -5,7 +5,8 @@
 // than 16 tokens, several items, key tiles of 128 crossing the cached/fresh boundary, enough tiles
 // for the 3-stage ring to turn, shuffled pages of 16 and 64 rows, the 128-row window ring with and
 // without a replayed prefix, sharp softmaxes. Two KV heads (16 query heads) to keep it quick; shared
-// memory starts as NaN bytes and the output as NaN, so unloaded stages and unwritten rows show.
+// memory starts as NaN bytes and the output as NaN, so unloaded stages and unwritten rows show. Every
+// case runs twice: BF16 K/V, then the FP8 KV cache (kv_fp8.h) whose tiles the producer dequantises.
 //   usage: emulate_attention_wgmma [seed]
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "attention_wgmma_emulated.h"
+#include "core/fp8.h"
 #include "kernels/cpu/attention.h"
 
 namespace osprey::cuda {
@@ -104,8 +106,10 @@ std::vector<cuda::AttnItem> prefill_items(const std::vector<Seq>& seqs, const st
     return items;
 }
 
+// fp8: the cache and the step's own rows as FP8 KV (kv_fp8.h), quantised from the same values per
+// (row, head); the producer dequantises them to BF16(code · s), which is what the reference gets.
 template <int V>
-void run(const Case& c, std::mt19937& rng, int skew) {
+void run(const Case& c, std::mt19937& rng, int skew, bool fp8) {
     const bool ring = c.window > 0;
     const int rows = ring ? c.window : c.page_size;
     const int n_seqs = int(c.seqs.size());
@@ -149,11 +153,37 @@ void run(const Case& c, std::mt19937& rng, int skew) {
     }
     const std::vector<cuda::AttnItem> items =
         prefill_items(c.seqs, first_token, slots, page_offsets, c.window, cuda::wgmma_prefill_tokens(V));
+    // FP8 KV: codes and multipliers per (block, head, row) of the cache and per (token, head) of the step.
+    const size_t cache_rows = cache_elems / kD;
+    std::vector<uint8_t> k8(cache_elems), v8(cache_elems), sk8(size_t(n_tokens) * kNkv * kD), sv8(sk8.size());
+    std::vector<float> ks(cache_rows), vs(cache_rows), sks(size_t(n_tokens) * kNkv), svs(sks.size());
+    auto quantise = [](const bf16* x, uint8_t* q, float* s) {
+        float amax = 0;
+        for (int d = 0; d < kD; ++d) amax = std::max(amax, std::fabs(bf16_to_float(x[d])));
+        *s = fp8::block_scale_inv(amax);
+        for (int d = 0; d < kD; ++d) q[d] = fp8::quantize(bf16_to_float(x[d]), *s);
+    };
+    auto staged = [](uint8_t code, float s) { return bf16_to_float(float_to_bf16(fp8::e4m3_to_float(code) * s)); };
+    for (size_t r = 0; r < cache_rows; ++r) {
+        quantise(&k_cache[r * kD], &k8[r * kD], &ks[r]);
+        quantise(&v_cache[r * kD], &v8[r * kD], &vs[r]);
+    }
+    for (int t = 0; t < n_tokens; ++t)
+        for (int g = 0; g < kNkv; ++g) {
+            const size_t si = size_t(t) * kNkv + g;
+            quantise(&qkv[size_t(t) * kLd + (kNq + g) * kD], &sk8[si * kD], &sks[si]);
+            quantise(&qkv[size_t(t) * kLd + (kNq + kNkv + g) * kD], &sv8[si * kD], &svs[si]);
+        }
     std::vector<bf16> out(size_t(n_tokens) * kNq * kD, bf16{0x7FC0});  // NaN
-    const cuda::AttnArgs a{.out = out.data(), .ld_out = kNq * kD, .qkv = qkv.data(), .ld_qkv = kLd,
+    cuda::AttnArgs a{.out = out.data(), .ld_out = kNq * kD, .qkv = qkv.data(), .ld_qkv = kLd,
                            .k_cache = k_cache.data(), .v_cache = v_cache.data(), .rows = rows, .ring = ring,
                            .window = c.window, .page_table = page_table.data(), .sinks = sinks.data(),
                            .n_q_heads = kNq, .n_kv_heads = kNkv, .head_dim = kD};
+    if (fp8) {
+        a.k_cache = a.v_cache = nullptr;
+        a.cache8 = {k8.data(), v8.data(), ks.data(), vs.data()};
+        a.step8 = {sk8.data(), sv8.data(), sks.data(), svs.data()};
+    }
     cuda::emu_attention_prefill_wgmma<V>(a, items, skew, /*sms=*/3);
 
     // Reference: the cache as [blocks, rows, n_kv * head_dim] f32, one call per sequence.
@@ -167,6 +197,18 @@ void run(const Case& c, std::mt19937& rng, int skew) {
                     const size_t mine = ((size_t(b) * kNkv + g) * rows + row) * kD + d;
                     const size_t theirs = (size_t(b) * rows + row) * kNkv * kD + g * kD + d;
                     ck[theirs] = bf16_to_float(k_cache[mine]), cv[theirs] = bf16_to_float(v_cache[mine]);
+                    if (fp8) {
+                        const size_t r = mine / kD;
+                        ck[theirs] = staged(k8[mine], ks[r]), cv[theirs] = staged(v8[mine], vs[r]);
+                    }
+                }
+    if (fp8)  // the step's own K/V rows as staged (qkv_f's q columns stay)
+        for (int t = 0; t < n_tokens; ++t)
+            for (int g = 0; g < kNkv; ++g)
+                for (int d = 0; d < kD; ++d) {
+                    const size_t si = size_t(t) * kNkv + g;
+                    qkv_f[size_t(t) * kLd + (kNq + g) * kD + d] = staged(sk8[si * kD + d], sks[si]);
+                    qkv_f[size_t(t) * kLd + (kNq + kNkv + g) * kD + d] = staged(sv8[si * kD + d], svs[si]);
                 }
     ++checks;
     double worst = -1;
@@ -214,8 +256,8 @@ void run(const Case& c, std::mt19937& rng, int skew) {
     }
     const size_t row = worst_i / (kNq * kD), col = worst_i % (kNq * kD);
     std::printf(
-        "%s v%d %s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
-        bad ? "FAIL" : "ok  ", V, c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
+        "%s v%d %s%s (%zu items x %d heads, skew %d): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)",
+        bad ? "FAIL" : "ok  ", V, fp8 ? "fp8 " : "", c.name, items.size(), kNkv, skew, row, col / kD, col % kD,
         double(bf16_to_float(out[worst_i])), double(want_all[worst_i]), worst);
     if (bad) std::printf(", %zu of %zu bad", bad, out.size()), ++failures;
     std::printf("\n");
@@ -225,10 +267,11 @@ void run(const Case& c, std::mt19937& rng, int skew) {
 template <int V>
 void run_variant(const std::vector<Case>& cases, std::mt19937& rng) {
     int skew = 0;
-    for (const Case& c : cases) {
-        run<V>(c, rng, skew);
-        skew = (skew + 48) % 1024;
-    }
+    for (bool fp8 : {false, true})
+        for (const Case& c : cases) {
+            run<V>(c, rng, skew, fp8);
+            skew = (skew + 48) % 1024;
+        }
 }
 
 // Runs variant v (a runtime number) of the ones in kV.

@@ -40,6 +40,7 @@ struct PendingCopy {
     void* dst;
     const void* src;
     bool valid;
+    int bytes = 16;
 };
 inline thread_local std::deque<std::vector<PendingCopy>> t_cp_groups;  // committed groups, oldest first
 inline thread_local std::vector<PendingCopy> t_cp_open;                // not yet committed
@@ -51,6 +52,13 @@ inline void cp_async16(void* smem, const void* gmem, bool valid = true) {
     if (valid && reinterpret_cast<uintptr_t>(gmem) % 16) emu_fail("cp.async source misaligned");
     t_cp_open.push_back({smem, gmem, valid});
 }
+inline void cp_async4(void* smem, const void* gmem, bool valid = true) {
+    const auto* p = static_cast<uint8_t*>(smem);
+    if (p < g_smem_window || p + 4 > g_smem_window + g_smem_window_bytes || (p - g_smem_window) % 4)
+        emu_fail("cp.async (4 bytes) destination outside shared memory or misaligned");
+    if (valid && reinterpret_cast<uintptr_t>(gmem) % 4) emu_fail("cp.async (4 bytes) source misaligned");
+    t_cp_open.push_back({smem, gmem, valid, 4});
+}
 inline void cp_async_commit() {
     t_cp_groups.push_back(std::move(t_cp_open));
     t_cp_open.clear();
@@ -60,9 +68,9 @@ inline void cp_async_wait() {
     while (int(t_cp_groups.size()) > kPending) {
         for (const PendingCopy& c : t_cp_groups.front()) {
             if (c.valid)
-                std::memcpy(c.dst, c.src, 16);
+                std::memcpy(c.dst, c.src, size_t(c.bytes));
             else
-                std::memset(c.dst, 0, 16);
+                std::memset(c.dst, 0, size_t(c.bytes));
         }
         t_cp_groups.pop_front();
     }

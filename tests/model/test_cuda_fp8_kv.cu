@@ -1,0 +1,399 @@
+// The CUDA runner with the FP8 KV cache (CudaRunnerOptions::kv_dtype = fp8_e4m3, kernels/cuda/kv_fp8.h)
+// against the CPU reference with its FP8 KV cache (docs/fp8.md), on the synthetic tiny checkpoint
+// (4 layers, 8 query / 1 KV heads, sliding window 128): a prompt longer than the window in chunks then
+// 32 greedy steps, prefill in one chunk vs several vs token by token, a mixed ragged batch with a
+// prefix-cache replay, graph decode vs eager, a copied cache continuing like its source, speculative
+// verify steps with rollbacks, and every intermediate layer by layer.
+//
+// Bounds, as tests/model/test_cuda_forward.cu (architecture.md, "Comparing implementations on random
+// weights"): the same BF16 roundings of the GPU path, plus the quantisation's inputs: the GPU quantises
+// the BF16 roped K (the reference its FP32 K), so a few percent of the codes land one E4M3 step apart.
+// FP8 KV against exact KV moves the tiny model's logits by ~1.5e-3 (docs/fp8.md), so those flips stay
+// far below the BF16 path's own error: the same 2e-2 on logits, 3e-2 per step, identical greedy tokens.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include "model/cuda/gpt_oss_cuda.h"
+#include "model/gpt_oss_ref.h"
+#include "model/synthetic.h"
+#include "model/test_reference_util.h"
+
+namespace osprey::model {
+namespace {
+
+constexpr double kLogitBound = 2e-2;
+constexpr double kStepBound = 3e-2;
+
+double rel_l2(std::span<const float> got, std::span<const float> want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        den += double(want[i]) * want[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int argmax(std::span<const float> row) { return int(std::max_element(row.begin(), row.end()) - row.begin()); }
+
+const Weights& tiny_weights() {
+    static const Weights w = [] {
+        const auto dir = test::synthetic_checkpoint("cuda-tiny", preset_config("tiny"), 7);
+        return Weights::load(dir);
+    }();
+    return w;
+}
+
+CudaRunnerOptions fp8_options(bool graphs) {
+    return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
+                             .graphs = graphs, .kv_dtype = KvDtype::fp8_e4m3};
+}
+
+struct Pair {
+    CpuReference cpu;
+    CudaRunner gpu;
+    KvLayout gpu_layout;
+    explicit Pair(bool graphs)
+        : cpu(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3}), gpu(tiny_weights(), fp8_options(graphs)) {
+        cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
+        gpu_layout = kv_layout_for(gpu, 16, 256, 8);
+        gpu.allocate_kv(gpu_layout);
+    }
+    double forward(const ForwardBatch& b, std::vector<float>* cpu_logits = nullptr) {
+        cpu.forward(b);
+        gpu.forward(b);
+        std::vector<float> lc, lg;
+        cpu.logits_to_host(lc);
+        gpu.logits_to_host(lg);
+        EXPECT_EQ(lc.size(), lg.size());
+        const int V = cpu.config().vocab_size;
+        double worst = 0;
+        for (size_t r = 0; r < lc.size() / V; ++r)
+            worst = std::max(worst, rel_l2(std::span(lg).subspan(r * V, V), std::span(lc).subspan(r * V, V)));
+        if (cpu_logits) *cpu_logits = lc;
+        return worst;
+    }
+};
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % 200000);
+    return t;
+}
+
+TEST(cuda_fp8_kv, runner_reports_fp8_and_sizes_its_cache_by_the_spec) {
+    CudaRunner gpu(tiny_weights(), fp8_options(false));
+    EXPECT_EQ(gpu.kv_dtype(), KvDtype::fp8_e4m3);
+    const KvSpec spec = gpu.kv_spec(16);
+    EXPECT_EQ(spec.dtype(), KvDtype::fp8_e4m3);
+    // One K (or V) row: kv_dim codes and a 4-byte multiplier per KV head.
+    EXPECT_EQ(spec.tensor_row_bytes(), size_t(spec.kv_dim() + 4 * spec.n_kv_heads()));
+    CudaRunner bf(tiny_weights(), CudaRunnerOptions{.max_tokens = 64, .max_logit_rows = 4, .max_slices = 4,
+                                                    .progress = false});
+    EXPECT_EQ(bf.kv_dtype(), KvDtype::bf16);
+    const double ratio = double(bf.kv_spec(16).bytes_per_page()) / double(spec.bytes_per_page());
+    std::printf("  tokens per byte, fp8 / bf16: %.3f\n", ratio);
+    EXPECT_GT(ratio, 1.75);  // 2 · 64 / (64 + 4) = 1.88 for head_dim 64
+    // Allocation takes exactly the spec's bytes out of the budget.
+    const size_t before = gpu.kv_budget_bytes();
+    const KvLayout layout = kv_layout_for(gpu, 16, 64, 4);
+    gpu.allocate_kv(layout);
+    const size_t after = gpu.kv_budget_bytes();
+    EXPECT_NEAR(double(before), double(after), 64.0 * (1 << 20));  // the budget counts what the cache holds (allocation granularity aside)
+}
+
+TEST(cuda_fp8_kv, long_prompt_in_chunks_then_32_greedy_steps) {
+    Pair p(/*graphs=*/false);
+    test::Seq s;
+    s.tokens = random_prompt(320, 11);
+    s.pages = test::pages_from(0, 40);
+    s.window_slot = 3;
+    for (int n : {200, 120}) {  // the second chunk's window reaches into the ring
+        ForwardBatch b;
+        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        b.slices.push_back(test::slice_for(s, 0, n));
+        const double err = p.forward(b);
+        std::printf("  prefill chunk of %d: logits rel err %.2e\n", n, err);
+        EXPECT_LT(err, kLogitBound);
+        s.n_computed += n;
+    }
+    std::vector<float> lc;
+    p.cpu.logits_to_host(lc);
+    int next = argmax(lc);
+    double worst = 0;
+    for (int i = 0; i < 32; ++i) {
+        s.tokens.push_back(next);
+        ForwardBatch b;
+        b.tokens = {next};
+        b.slices.push_back(test::slice_for(s, 0, 1));
+        std::vector<float> cpu_logits;
+        worst = std::max(worst, p.forward(b, &cpu_logits));
+        s.n_computed += 1;
+        std::vector<int32_t> greedy;
+        p.gpu.greedy(greedy);
+        ASSERT_EQ(greedy.size(), 1u);
+        next = argmax(cpu_logits);
+        EXPECT_EQ(greedy[0], next) << "greedy step " << i;
+    }
+    std::printf("  32 decode steps: worst logits rel err %.2e\n", worst);
+    EXPECT_LT(worst, kLogitBound);
+}
+
+// The same 300-token prompt in one chunk, in chunks of 100/77/123, and token by token (decode steps
+// through the FP8 decode kernel): every mode stores the same codes (rope() quantises each row once
+// whatever the chunking), so the last position's logits agree to the kernels' BF16 roundings (the
+// prefill kernels stage BF16(code · s), decode scales S in FP32), and the next 8 greedy tokens agree.
+TEST(cuda_fp8_kv, prefill_in_one_chunk_several_or_token_by_token_agree) {
+    const std::vector<int32_t> prompt = random_prompt(300, 77);
+    const std::vector<std::vector<int>> modes = {{300}, {100, 77, 123}, std::vector<int>(300, 1)};
+    std::vector<std::vector<float>> last;
+    std::vector<std::vector<int32_t>> continuations;
+    for (const auto& chunks : modes) {
+        CudaRunner gpu(tiny_weights(), fp8_options(false));
+        gpu.allocate_kv(kv_layout_for(gpu, 16, 64, 4));
+        test::Seq s;
+        s.tokens = prompt;
+        s.pages = test::pages_from(0, 40);
+        s.window_slot = 2;
+        for (int n : chunks) {
+            ForwardBatch b;
+            b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+            b.slices.push_back(test::slice_for(s, 0, n));
+            gpu.forward(b);
+            s.n_computed += n;
+        }
+        std::vector<float> l;
+        gpu.logits_to_host(l);
+        last.push_back(l);
+        std::vector<int32_t> cont;
+        for (int i = 0; i < 8; ++i) {
+            std::vector<int32_t> g;
+            gpu.greedy(g);
+            cont.push_back(g.at(0));
+            s.tokens.push_back(g[0]);
+            ForwardBatch b;
+            b.tokens = {g[0]};
+            b.slices.push_back(test::slice_for(s, 0, 1));
+            gpu.forward(b);
+            s.n_computed += 1;
+        }
+        continuations.push_back(cont);
+    }
+    for (size_t m = 1; m < modes.size(); ++m) {
+        const double err = rel_l2(last[m], last[0]);
+        std::printf("  mode %zu vs one chunk: last logits rel err %.2e\n", m, err);
+        EXPECT_LT(err, 1e-2) << "mode " << m;
+        EXPECT_EQ(continuations[m], continuations[0]) << "mode " << m;
+    }
+}
+
+// Prefill + decode + a prefix-cache replay (n_full_kv_cached) in one batch, against the reference.
+TEST(cuda_fp8_kv, mixed_ragged_batch) {
+    Pair p(/*graphs=*/false);
+    std::vector<test::Seq> seqs(3);
+    for (int i = 0; i < 3; ++i) {
+        seqs[i].tokens = random_prompt(400, 100 + i);
+        seqs[i].pages = test::pages_from(i * 40, 40);
+        seqs[i].window_slot = 2 * i + 1;
+    }
+    const std::vector<std::vector<std::pair<int, int>>> plan = {
+        {{0, 150}, {1, 5}}, {{0, 1}, {1, 140}, {2, 30}}, {{2, 1}, {0, 1}, {1, 1}}, {{0, 1}, {2, 30}, {1, 1}}};
+    for (size_t k = 0; k < plan.size(); ++k) {
+        ForwardBatch b;
+        for (auto [i, n] : plan[k]) {
+            test::Seq& s = seqs[i];
+            int replay = 0;
+            if (k == 3 && i == 2) {
+                replay = 20;
+                s.n_computed -= replay;
+                s.window_first = s.n_computed;
+            }
+            b.slices.push_back(test::slice_for(s, b.n_tokens(), n, replay));
+            b.tokens.insert(b.tokens.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+            s.n_computed += n;
+        }
+        const double err = p.forward(b);
+        std::printf("  step %zu (%d tokens, %zu slices): logits rel err %.2e\n", k, b.n_tokens(), b.slices.size(), err);
+        EXPECT_LT(err, kLogitBound) << "step " << k;
+    }
+}
+
+// Decode steps replayed from CUDA graphs (the RoPE kernel's fused FP8 store inside) equal eager ones.
+TEST(cuda_fp8_kv, graph_decode_matches_eager) {
+    CudaRunner eager(tiny_weights(), fp8_options(false)), graphed(tiny_weights(), fp8_options(true));
+    for (CudaRunner* r : {&eager, &graphed}) r->allocate_kv(kv_layout_for(*r, 16, 256, 8));
+    std::vector<test::Seq> seqs(2);
+    for (int i = 0; i < 2; ++i) {
+        seqs[i].tokens = random_prompt(200, 300 + i);
+        seqs[i].pages = test::pages_from(i * 40, 40);
+        seqs[i].window_slot = i;
+    }
+    auto run = [&](const ForwardBatch& b) {
+        eager.forward(b);
+        graphed.forward(b);
+        std::vector<float> a, g;
+        eager.logits_to_host(a);
+        graphed.logits_to_host(g);
+        return rel_l2(g, a);
+    };
+    ForwardBatch pre;
+    for (int i = 0; i < 2; ++i) {
+        pre.slices.push_back(test::slice_for(seqs[i], pre.n_tokens(), 150));
+        pre.tokens.insert(pre.tokens.end(), seqs[i].tokens.begin(), seqs[i].tokens.begin() + 150);
+        seqs[i].n_computed = 150;
+    }
+    EXPECT_EQ(run(pre), 0.0);
+    for (int step = 0; step < 20; ++step) {
+        ForwardBatch b;
+        for (int i = 0; i < 2; ++i) {
+            b.slices.push_back(test::slice_for(seqs[i], i, 1));
+            b.tokens.push_back(seqs[i].tokens[seqs[i].n_computed]);
+            seqs[i].n_computed += 1;
+        }
+        EXPECT_LT(run(b), 1e-3) << "decode step " << step;  // only the KV split boundaries differ
+    }
+    EXPECT_EQ(graphed.graphs_captured(), 1);
+}
+
+// copy_kv of FP8 pages and a ring (codes and multipliers): the fork decodes bit-identically to its source.
+TEST(cuda_fp8_kv, copied_kv_continues_exactly_like_its_source) {
+    Pair p(/*graphs=*/true);
+    test::Seq a;
+    a.tokens = random_prompt(220, 21);
+    a.pages = test::pages_from(0, 16);
+    a.window_slot = 1;
+    ForwardBatch pre;
+    pre.tokens.assign(a.tokens.begin(), a.tokens.begin() + 200);
+    pre.slices.push_back(test::slice_for(a, 0, 200));
+    p.forward(pre);
+    a.n_computed = 200;
+    test::Seq b = a;
+    b.pages = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 60, 61, 62};
+    b.window_slot = 6;
+    KvCopy copy{.src_slot = 1, .dst_slot = 6};
+    copy.src_pages = test::pages_from(0, 13);
+    copy.dst_pages.assign(b.pages.begin(), b.pages.begin() + 13);
+    p.gpu.copy_kv(plan_kv_copy(copy, p.gpu_layout));
+    double worst = 0;
+    for (int step = 0; step < 20; ++step) {
+        const int32_t t = a.tokens[size_t(a.n_computed)];
+        ForwardBatch both;
+        both.tokens = {t, t};
+        both.slices = {test::slice_for(a, 0, 1), test::slice_for(b, 1, 1)};
+        p.gpu.forward(both);
+        std::vector<float> g;
+        p.gpu.logits_to_host(g);
+        const size_t V = size_t(p.cpu.config().vocab_size);
+        ASSERT_EQ(g.size(), 2 * V);
+        ASSERT_TRUE(std::equal(g.begin(), g.begin() + V, g.begin() + V)) << "step " << step;
+        ForwardBatch one;
+        one.tokens = {t};
+        one.slices = {test::slice_for(a, 0, 1)};
+        p.cpu.forward(one);
+        std::vector<float> c;
+        p.cpu.logits_to_host(c);
+        worst = std::max(worst, rel_l2(std::span(g).subspan(V, V), c));
+        a.n_computed += 1;
+        b.n_computed += 1;
+    }
+    std::printf("  20 forked decode steps: worst logits rel err %.2e\n", worst);
+    EXPECT_LT(worst, kLogitBound);
+    EXPECT_THROW(p.gpu.copy_kv({.runs = {{KvGroupKind::paged, 0, 256 * 16, 16}}}), Error);
+}
+
+// Layer by layer on the same batch (a 180-token prefill): every intermediate within kStepBound.
+TEST(cuda_fp8_kv, every_step_matches_the_reference) {
+    Pair p(false);
+    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
+    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
+    p.cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
+        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
+    });
+    p.gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
+        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
+    });
+    test::Seq s;
+    s.tokens = random_prompt(180, 5);
+    s.pages = test::pages_from(0, 20);
+    ForwardBatch b;
+    b.tokens = s.tokens;
+    b.slices.push_back(test::slice_for(s, 0, 180));
+    p.forward(b);
+    int compared = 0;
+    for (const auto& [name, g] : gpu_steps) {
+        auto it = cpu_steps.find(name);
+        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
+        ASSERT_EQ(it->second.size(), g.size()) << name;
+        const double err = rel_l2(g, it->second);
+        std::printf("  %-20s rel err %.2e\n", name.c_str(), err);
+        EXPECT_LT(err, kStepBound) << name;
+        ++compared;
+    }
+    EXPECT_GE(compared, 4 * 10 + 3);
+}
+
+// Speculative verify steps (5 tokens, every one with a logit row: the prefill kernels, replayed from a
+// CUDA graph once the shape recurs) and rollbacks (2 of 5 kept: the rejected rows stay written in the
+// pages and in the ring's slack rows, and are overwritten later), on rings with 4 spare rows as the
+// engine allocates them (kv_spec.h), against the CPU reference doing the same.
+TEST(cuda_fp8_kv, verify_steps_and_rollbacks_match_the_reference) {
+    CpuReference cpu(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3});
+    CudaRunner gpu(tiny_weights(), fp8_options(/*graphs=*/true));
+    for (ModelRunner* m : std::initializer_list<ModelRunner*>{&cpu, &gpu}) {
+        KvLayout layout = kv_layout_for(*m, 16, 64, 4);
+        layout.spec = layout.spec.with_ring_slack(4);
+        m->allocate_kv(layout);
+    }
+    test::Seq s;
+    s.tokens = random_prompt(400, 55);
+    s.pages = test::pages_from(0, 30);
+    s.window_slot = 2;
+    auto step = [&](int n, int n_logits) {
+        ForwardBatch b;
+        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        SequenceSlice sl = test::slice_for(s, 0, n);
+        sl.n_logits = n_logits;
+        b.slices.push_back(sl);
+        cpu.forward(b);
+        gpu.forward(b);
+        std::vector<float> lc, lg;
+        cpu.logits_to_host(lc);
+        gpu.logits_to_host(lg);
+        EXPECT_EQ(lc.size(), lg.size());
+        const size_t V = size_t(cpu.config().vocab_size);
+        double worst = 0;
+        for (size_t r = 0; r < lc.size() / V; ++r)
+            worst = std::max(worst, rel_l2(std::span(lg).subspan(r * V, V), std::span(lc).subspan(r * V, V)));
+        return worst;
+    };
+    EXPECT_LT(step(150, 1), kLogitBound);
+    s.n_computed = 150;
+    double worst = 0;
+    for (int i = 0; i < 40; ++i) {
+        worst = std::max(worst, step(5, 5));
+        s.n_computed += 2;  // 2 of the 5 accepted; the rest rolled back
+    }
+    std::printf("  40 verify steps with rollbacks: worst logits rel err %.2e, %d graphs\n", worst,
+                gpu.graphs_captured());
+    EXPECT_LT(worst, kLogitBound);
+    EXPECT_GE(gpu.graphs_captured(), 1);
+}
+
+TEST(cuda_fp8_kv, rejects_other_dtypes) {
+    EXPECT_THROW(CudaRunner(tiny_weights(), CudaRunnerOptions{.max_tokens = 64, .progress = false,
+                                                              .kv_dtype = KvDtype::f32}),
+                 Error);
+    CudaRunner gpu(tiny_weights(), fp8_options(false));
+    CudaRunner bf(tiny_weights(), CudaRunnerOptions{.max_tokens = 64, .max_logit_rows = 4, .max_slices = 4,
+                                                    .progress = false});
+    EXPECT_THROW(gpu.allocate_kv(kv_layout_for(bf, 16, 8, 2)), Error);  // a BF16 layout for an FP8 runner
+}
+
+}  // namespace
+}  // namespace osprey::model
