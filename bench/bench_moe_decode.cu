@@ -3,7 +3,9 @@
 // and the mid-batch path (kernels/cuda/moe_mid.h: gather, mlp1, mlp2) for T = 16, 32, 64, 128 next
 // to moe_mlp1 + moe_mlp2 forced to the narrow tiling (what MoeStep ran there before) and to the
 // automatic choice, all on the same grouping (route + group run once per input set, outside the
-// timing), plus "mid + route + group": the launches MoeStep::run makes on the mid path.
+// timing), plus "mid + route + group": the launches MoeStep::run makes on the mid path. The
+// "moe_mid (PDL)" line is the default variant (or $OSPREY_MOE_MID_VARIANT); each variant is also
+// timed by number (moe_mid.h).
 // Bytes are what must be read: the distinct active experts' MXFP4 blocks + scales + BF16 biases of
 // both projections (averaged over the input sets); % is of 4.64 TB/s (H200 HBM3e, 4.8 TB/s nominal).
 // Each figure is per call, from a CUDA graph of kCalls calls (as the forward replays it), median of
@@ -269,7 +271,7 @@ void run_mid_shape(const char* name, int n_experts) {
                                        .top_k = kTopK},
                                       s);
         };
-        auto mid = [&](int i, cudaStream_t s, bool pdl, bool prefetch = true) {
+        auto mid = [&](int i, cudaStream_t s, bool pdl, bool prefetch = true, int variant = -1) {
             MidInputs& b = in[i % kInputs];
             const Layer& l = *layers[i % kLayers];
             cuda::moe_mid({.y = b.y.get(),
@@ -286,7 +288,8 @@ void run_mid_shape(const char* name, int n_experts) {
                            .d_model = d_model,
                            .d_ff = d_ff,
                            .pdl = pdl,
-                           .l2_prefetch = prefetch},
+                           .l2_prefetch = prefetch,
+                           .variant = variant},
                           s);
         };
         auto grouped = [&](int i, cudaStream_t s, cuda::MoeKernel kernel) {
@@ -328,6 +331,10 @@ void run_mid_shape(const char* name, int n_experts) {
         report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, false); }), bytes);
         std::snprintf(label, sizeof label, "%s %d tok moe_mid (no L2 prefetch)", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, false); }), bytes);
+        for (int v = 0; v < cuda::kMoeMidVariants; ++v) {
+            std::snprintf(label, sizeof label, "%s %d tok moe_mid variant %d", name, n_tokens, v);
+            report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, true, v); }), bytes);
+        }
         std::snprintf(label, sizeof label, "%s %d tok mid + route + group", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) {
                    route_group(in[i % kInputs], s);

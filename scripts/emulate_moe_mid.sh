@@ -4,9 +4,9 @@
 # epilogues) on a machine without a GPU: extracts the device code of src/kernels/cuda/moe_mid.cu,
 # compiles it as C++ against the CPU emulation (tests/kernels/emu/cuda_emulation.h +
 # moe_decode_emulation.h: one std::thread per CUDA thread) and compares with the CPU reference on
-# small shapes, skewed routings and several grid sizes, for the default token block (64) and for a
-# token block of 16 (experts split over several items).
-#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed]
+# small shapes, skewed routings and several grid sizes, for every variant (kMoeMidVariants: token
+# blocks of 64, 32 and 16 rows, one or two k-blocks per stage; the default one with the most cases).
+#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants]]   ("variants": only the others)
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -28,14 +28,9 @@ k="$root/src/kernels/cuda"
     sed 's/extern __shared__ __align__([0-9]*) uint8_t smem\[\];/uint8_t* smem = g_dyn_smem;/'
 } > "$out/moe_mid_emulated.h"
 grep -q "uint8_t\* smem = g_dyn_smem;" "$out/moe_mid_emulated.h"
-for tokens in 64 16; do
-  g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \
-    -DOSPREY_MOE_MID_TOKENS=$tokens -I"$out" -I"$root/tests/kernels/emu" -I"$root/src" \
-    "$root/tests/kernels/emu/emulate_moe_mid.cpp" \
-    "$build/src/kernels/cpu/libosprey_kernels_cpu.a" "$build/src/core/libosprey_core.a" -lpthread \
-    -o "$out/emulate_moe_mid_$tokens"
-done
-for tokens in 64 16; do
-  echo "== token block $tokens =="
-  "$out/emulate_moe_mid_$tokens" "$seed"
-done
+g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \
+  -I"$out" -I"$root/tests/kernels/emu" -I"$root/src" \
+  "$root/tests/kernels/emu/emulate_moe_mid.cpp" \
+  "$build/src/kernels/cpu/libosprey_kernels_cpu.a" "$build/src/core/libosprey_core.a" -lpthread \
+  -o "$out/emulate_moe_mid"
+"$out/emulate_moe_mid" "$seed" ${3:-}

@@ -30,6 +30,7 @@ struct MidRun {
     const Shape& s;
     const Experts& ex;
     int n_tokens;
+    int variant = -1;  // MoeMidArgs::variant
     cuda::DeviceBuffer<bf16> h;
     cuda::DeviceBuffer<float> logits, w, y, out;
     cuda::DeviceBuffer<int32_t> ids, offsets, sorted, scratch;
@@ -64,7 +65,8 @@ struct MidRun {
                 .top_k = kTopK,
                 .d_model = s.d_model,
                 .d_ff = s.d_ff,
-                .pdl = pdl};
+                .pdl = pdl,
+                .variant = variant};
     }
     // MoeStep's launches on the mid path: route, group, moe_mid; then moe_combine into out.
     void launch(bool pdl, cudaStream_t stream) {
@@ -151,10 +153,10 @@ std::vector<float> gemm_path(const Shape& s, const Experts& ex, MidRun& r) {
     return out.download();
 }
 
-void check_mid(const Shape& s, int n_tokens, Routing routing, bool extreme = false) {
+void check_mid(const Shape& s, int n_tokens, Routing routing, bool extreme = false, int variant = -1) {
     std::ostringstream name;
     name << s.name << (extreme ? " (extreme scales)" : "") << ", " << n_tokens << " tokens, " << routing_name(routing)
-         << " routing";
+         << " routing, variant " << variant;
     SCOPED_TRACE(name.str());
     const Experts& ex = experts_for(s, extreme);
     const uint32_t seed = fresh_seed();
@@ -162,6 +164,7 @@ void check_mid(const Shape& s, int n_tokens, Routing routing, bool extreme = fal
     const std::vector<float> logits = make_logits(s, n_tokens, routing, seed + 2);
     const Reference ref = reference(s, ex, h, logits, n_tokens);
     MidRun r(s, ex, h, logits, n_tokens);
+    r.variant = variant;
 
     std::vector<float> out;
     std::vector<bf16> u_dev;
@@ -228,6 +231,35 @@ TEST(MoeMidScales, extreme_scale_bytes) {
     for (int t : {16, 128}) check_mid(k20b, t, Routing::random, true);
 }
 
+// Every variant (token blocks of 64 / 32 / 16 rows, one or two k-blocks per stage): skewed experts
+// split over several items, partial stages, and with and without the L2 prefetch on the default.
+TEST(MoeMidVariants, every_variant) {
+    for (int v = 0; v < cuda::kMoeMidVariants; ++v) {
+        check_mid(k20b, 128, Routing::skewed, false, v);
+        check_mid(k120b, 64, Routing::random, false, v);
+        check_mid(kOdd, 31, Routing::skewed, false, v);
+        check_mid(kTiny, 100, Routing::shared, false, v);
+    }
+}
+
+TEST(MoeMidVariants, without_l2_prefetch) {
+    const Shape& s = k20b;
+    const Experts& ex = experts_for(s, false);
+    const uint32_t seed = fresh_seed();
+    const int n_tokens = 64;
+    const std::vector<bf16> h = random_bf16(size_t(n_tokens) * s.d_model, seed + 1, -2.0f, 2.0f);
+    const std::vector<float> logits = make_logits(s, n_tokens, Routing::random, seed + 2);
+    MidRun r(s, ex, h, logits, n_tokens);
+    const std::vector<float> with = r.run(true);
+    cuda::MoeMidArgs a = r.args(true);
+    a.l2_prefetch = false;
+    r.y.fill_bytes(0xFF);
+    cuda::moe_mid(a, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> without = r.y.download();
+    EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)));
+}
+
 // Captured once into a CUDA graph (as the forward does) and replayed: the same bits as eager runs.
 TEST(MoeMidGraph, replay_matches_eager) {
     for (const Shape* s : {&k20b, &k120b}) {
@@ -272,6 +304,8 @@ TEST(MoeMidErrors, rejects_bad_arguments) {
     a = r.args(), a.workspace = nullptr;
     EXPECT_THROW(cuda::moe_mid(a, nullptr), Error);
     a = r.args(), a.mlp2.bias = nullptr;
+    EXPECT_THROW(cuda::moe_mid(a, nullptr), Error);
+    a = r.args(), a.variant = cuda::kMoeMidVariants;
     EXPECT_THROW(cuda::moe_mid(a, nullptr), Error);
     a = r.args(), a.n_tokens = 0;  // a no-op
     EXPECT_NO_THROW(cuda::moe_mid(a, nullptr));

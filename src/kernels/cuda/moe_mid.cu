@@ -7,12 +7,15 @@
 //                  producer warp.
 //
 // Work split. Every CTA reads expert_offsets and builds the same item table: expert e with n_e routed
-// rows has ceil(n_e / kTokBlock) token blocks x ceil(n_out / 128) row tiles, numbered expert-major,
+// rows has ceil(n_e / kTok) token blocks x ceil(n_out / 128) row tiles, numbered expert-major,
 // then row tile, then token block. CTA b takes items [N b / grid, N (b + 1) / grid): each item
 // streams 128 rows x n_in of one expert (the last row tile may be shorter), so the weight bytes per
 // CTA are equal to within one item, whatever the routing. Items of one expert with several token
 // blocks follow each other, so the repeated rows come from L2 (typically the same CTA, one item
 // later).
+//
+// Variants (template <kTok, kMul>, moe_mid.h): kTok routed rows per item (accumulators: kTok / 8
+// n-tiles), kMul k-blocks of 256 inputs per ring stage; the numbers below are for variant 0 <64, 1>.
 //
 // Pipeline. Per item the producer warp copies the item's scales [rows][n_groups] and biases [rows]
 // into one of two item slots (ifull / iempty barriers), then for each k-block of 256 inputs fills a
@@ -31,7 +34,7 @@
 // faster is for the H200 to say (bench_moe_decode ... mid, with and without the variable).
 //
 // Compute. Consumer warp w owns rows 16w..16w+15 of the item (idle if the item has fewer rows) and
-// every token of it: acc[n-tile][4] for up to kTokBlock / 8 n-tiles, summed over the whole K in one
+// every token of it: acc[n-tile][4] for up to kTok / 8 n-tiles, summed over the whole K in one
 // fixed order (no split-K, deterministic). Per k-step (128 inputs = 4 MXFP4 groups), lane (g, c):
 //   - 2 ld.shared.v4 (rows g and g + 8 of group c: 32 weights each) + 2 scale bytes;
 //   - decode to 4 x 2 BF16x2 per quad i (moe_fp4.cuh: and, imad, and, mul.bf16x2 per pair);
@@ -85,19 +88,29 @@ constexpr int kWarps = kConsumerWarps + 1;
 constexpr int kProducerWarp = kConsumerWarps;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16 * kConsumerWarps;  // weight rows per item (one m-tile per warp)
-constexpr int kTokBlock = kMoeMidTokenBlock;    // routed rows per item
-constexpr int kNt = kTokBlock / 8;              // n-tiles per item
-constexpr int kKb = 256;                        // inputs per k-block (ring stage)
+constexpr int kKb = 256;                        // inputs per k-block of the tile layout (moe_mid_act_index)
 constexpr int kKbGroups = kKb / 32;
-constexpr int kWRowBytes = kKbGroups * 16;                   // one weight row of a stage
-constexpr int kActRowBytes = kKb * 2;                        // one activation row of a stage
-constexpr int kStageW = kTileRows * kWRowBytes;              // 16 KB
-constexpr int kStageBytes = kStageW + kTokBlock * kActRowBytes;  // 48 KB at 64 tokens
+constexpr int kActRowBytes = kKb * 2;           // one activation row of a k-block
 constexpr int kRingBytes = 192 * 1024;
-constexpr int kStages = kRingBytes / kStageBytes < 8 ? kRingBytes / kStageBytes : 8;
 constexpr int kMaxPerLane = (kMoeMaxExperts + 31) / 32;
-static_assert(kTokBlock % 8 == 0 && kTokBlock >= 8 && kTokBlock <= 128, "token block: whole n-tiles");
-static_assert(kStages >= 2, "ring too shallow");
+
+// A variant (MoeMidArgs::variant, $OSPREY_MOE_MID_VARIANT): kTok routed rows per item, kMul k-blocks
+// of 256 inputs per ring stage (weight row copies of 128 kMul bytes).
+template <int kTok, int kMul>
+struct Cfg {
+    static constexpr int kNt = kTok / 8;                                 // n-tiles per item
+    static constexpr int kStageGroups = kKbGroups * kMul;                // MXFP4 groups per stage and row
+    static constexpr int kWRowBytes = kStageGroups * 16;                 // one weight row of a stage
+    static constexpr int kStageW = kTileRows * kWRowBytes;               // 16 KB per k-block
+    static constexpr int kActBlockBytes = kTok * kActRowBytes;           // one k-block of the activation tile
+    static constexpr int kStageBytes = kStageW + kMul * kActBlockBytes;  // 48 KB for <64, 1>
+    static constexpr int kStages = kRingBytes / kStageBytes < 8 ? kRingBytes / kStageBytes : 8;
+    static_assert(kTok % 8 == 0 && kTok >= 8 && kTok <= 128, "token block: whole n-tiles");
+    static_assert(kMul == 1 || kMul == 2, "stage: one or two k-blocks");
+    static_assert(kStages >= 2, "ring too shallow");
+};
+// The variants, by index: 0 <64, 1> (default), 1 <32, 2>, 2 <16, 1>, 3 <16, 2>.
+constexpr int kVariants = 4;
 
 enum class Proj { mlp1, mlp2 };
 
@@ -123,10 +136,11 @@ struct Table {
 };
 
 struct Item {
-    int e, mt, p0, n, rows;  // expert, row tile, first sorted row, routed rows (1..kTokBlock), weight rows
+    int e, mt, p0, n, rows;  // expert, row tile, first sorted row, routed rows (1..kTok), weight rows
 };
 
 // Fills t for the whole CTA (ends with __syncthreads).
+template <int kTokBlock>
 __device__ void build_table(const Params& p, Table& t) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp == 0) {
@@ -159,6 +173,7 @@ __device__ void build_table(const Params& p, Table& t) {
     __syncthreads();
 }
 
+template <int kTokBlock>
 __device__ Item item_at(const Params& p, const Table& t, int idx) {
     int lo = 0, hi = p.n_experts - 1;  // the last expert whose first item is <= idx (it has items)
     while (lo < hi) {
@@ -185,9 +200,12 @@ __device__ Item item_at(const Params& p, const Table& t, int idx) {
 // One k-step (4 groups from g0) of a consumer lane: rows r0 and r0 + 8 of the stage, every n-tile.
 // kPartial: the k-step runs past n_groups (lanes c with group >= n_groups use zero weights and zero
 // activations: the tile padding is never read as a number).
-template <bool kPartial>
+// w: the stage's weights [128 rows][C::kWRowBytes]; act: the k-block's activation rows [kTok][512 B];
+// s2: the k-step within the stage (0 .. 2 kMul - 1).
+template <class C, bool kPartial>
 __device__ __forceinline__ void mid_step(const uint8_t* w, const uint8_t* act, const uint8_t* sc, int n_groups, int r0,
-                                         int s2, int g0, int p0, int nt, float (&acc)[kNt][4]) {
+                                         int s2, int g0, int p0, int nt, float (&acc)[C::kNt][4]) {
+    constexpr int kNt = C::kNt, kWRowBytes = C::kWRowBytes;
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int group = g0 + c;
     const bool valid = !kPartial || group < n_groups;
@@ -212,7 +230,7 @@ __device__ __forceinline__ void mid_step(const uint8_t* w, const uint8_t* act, c
         for (int n = 0; n < kNt; ++n) {
             if (n < nt) {  // uniform across the warp
                 const int tr = n * 8 + g;  // token row of the item
-                const int unit = (s2 * 16 + i * 4 + c) ^ (((p0 + tr) & 1) << 2);
+                const int unit = ((s2 & 1) * 16 + i * 4 + c) ^ (((p0 + tr) & 1) << 2);
                 uint4 x = ld_shared16(act + tr * kActRowBytes + unit * 16);
                 if (kPartial && !valid) x = make_uint4(0u, 0u, 0u, 0u);
                 // A: a0 = (row g, pair 0), a1 = (row g + 8, pair 0), a2 = (row g, pair 1), a3 = (row g + 8, pair 1).
@@ -225,7 +243,7 @@ __device__ __forceinline__ void mid_step(const uint8_t* w, const uint8_t* act, c
 
 // mlp1: u of rows (fa, fa + 8) (gate / up interleaved: unit fa / 2 pairs lanes g and g ^ 1) for every
 // valid token; mlp2: y of the routed rows.
-template <Proj kProj>
+template <Proj kProj, int kNt>
 __device__ void epilogue(const Params& p, const Item& it, int r0, const float (&acc)[kNt][4], float bias_a,
                          float bias_b) {
     const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
@@ -262,8 +280,10 @@ __device__ void epilogue(const Params& p, const Item& it, int r0, const float (&
     }
 }
 
-template <Proj kProj>
+template <Proj kProj, int kTok, int kMul>
 __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
+    using C = Cfg<kTok, kMul>;
+    constexpr int kStages = C::kStages, kStageBytes = C::kStageBytes, kStageW = C::kStageW;
     extern __shared__ __align__(128) uint8_t smem[];  // [kStages][kStageBytes] ring, then [2][item_bytes]
     __shared__ Table table;
     __shared__ mbar_t full[kStages], empty[kStages];  // the k-block ring
@@ -279,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
         for (int s = 0; s < 2; ++s) mbar_init(&ifull[s], 1), mbar_init(&iempty[s], kConsumerWarps);
         mbar_init_fence();
     }
-    build_table(p, table);  // ends with __syncthreads
+    build_table<kTok>(p, table);  // ends with __syncthreads
     const int n_items = table.start[p.n_experts];
     const int first = int(int64_t(n_items) * blockIdx.x / gridDim.x);
     const int last = int(int64_t(n_items) * (blockIdx.x + 1) / gridDim.x);
@@ -290,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
         bool waited = kProj == Proj::mlp1;
         int k = 0;  // stages filled so far
         for (int idx = first, ii = 0; idx < last; ++idx, ++ii) {
-            const Item it = item_at(p, table, idx);
+            const Item it = item_at<kTok>(p, table, idx);
             const size_t row0 = size_t(it.e) * p.n_out + size_t(it.mt) * kTileRows;
             const int is = ii & 1;
             if (ii >= 2) mbar_wait(&iempty[is], uint32_t((ii >> 1) - 1) & 1u);
@@ -303,21 +323,26 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
                 bulk_copy(slot, p.scales + row0 * p.n_groups, sc_bytes, &ifull[is], w_policy);
                 bulk_copy(slot + p.bias_offset, p.bias + row0, b_bytes, &ifull[is], w_policy);
             }
-            for (int b = 0; b < p.n_kb; ++b, ++k) {
+            const int n_stages = (p.n_kb + kMul - 1) / kMul;
+            for (int b = 0; b < n_stages; ++b, ++k) {
                 const int s = k % kStages;
                 if (k >= kStages) mbar_wait(&empty[s], uint32_t(k / kStages - 1) & 1u);
-                const int gw = min(kKbGroups, p.n_groups - b * kKbGroups);
+                const int gw = min(C::kStageGroups, p.n_groups - b * C::kStageGroups);
+                const int n_blocks = min(kMul, p.n_kb - b * kMul);  // activation k-blocks of the stage
                 uint8_t* st = smem + size_t(s) * kStageBytes;
                 if (lane == 0)
-                    mbar_arrive_expect_tx(&full[s], uint32_t(it.rows * gw * 16 + it.n * kActRowBytes));
+                    mbar_arrive_expect_tx(&full[s], uint32_t(it.rows * gw * 16 + n_blocks * it.n * kActRowBytes));
                 __syncwarp();
                 for (int r = lane; r < it.rows; r += 32)
-                    bulk_copy(st + r * kWRowBytes, p.blocks + ((row0 + r) * p.n_groups + size_t(b) * kKbGroups) * 16,
+                    bulk_copy(st + r * C::kWRowBytes,
+                              p.blocks + ((row0 + r) * p.n_groups + size_t(b) * C::kStageGroups) * 16,
                               uint32_t(gw * 16), &full[s], w_policy);
                 if (lane == 0) {
                     if (!waited) griddep_wait(), waited = true;  // mlp2: u is mlp1's until now
-                    bulk_copy(st + kStageW, p.act + (size_t(b) * p.n_rows + it.p0) * kActRowBytes,
-                              uint32_t(it.n * kActRowBytes), &full[s], a_policy);
+                    for (int m = 0; m < n_blocks; ++m)
+                        bulk_copy(st + kStageW + m * C::kActBlockBytes,
+                                  p.act + (size_t(b * kMul + m) * p.n_rows + it.p0) * kActRowBytes,
+                                  uint32_t(it.n * kActRowBytes), &full[s], a_policy);
                 }
             }
         }
@@ -330,28 +355,30 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
     const int r0 = warp * 16 + g;  // this lane's weight rows of an item: r0 and r0 + 8
     int k = 0;
     for (int idx = first, ii = 0; idx < last; ++idx, ++ii) {
-        const Item it = item_at(p, table, idx);
+        const Item it = item_at<kTok>(p, table, idx);
         const int is = ii & 1;
         mbar_wait(&ifull[is], uint32_t(ii >> 1) & 1u);
         const uint8_t* sc = slots + size_t(is) * p.item_bytes;  // [rows][n_groups]
         const bool active = warp * 16 < it.rows;             // uniform
         const int nt = (it.n + 7) / 8;
-        float acc[kNt][4];
+        float acc[C::kNt][4];
 #pragma unroll
-        for (int n = 0; n < kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        for (int b = 0; b < p.n_kb; ++b, ++k) {
+        for (int n = 0; n < C::kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        const int n_stages = (p.n_kb + kMul - 1) / kMul;
+        for (int b = 0; b < n_stages; ++b, ++k) {
             const int s = k % kStages;
             mbar_wait(&full[s], uint32_t(k / kStages) & 1u);
             if (active) {
                 const uint8_t* st = smem + size_t(s) * kStageBytes;
 #pragma unroll
-                for (int s2 = 0; s2 < 2; ++s2) {
-                    const int g0 = b * kKbGroups + s2 * 4;
+                for (int s2 = 0; s2 < 2 * kMul; ++s2) {
+                    const int g0 = b * C::kStageGroups + s2 * 4;
+                    const uint8_t* act = st + kStageW + (s2 / 2) * C::kActBlockBytes;
                     if (g0 < p.n_groups) {  // uniform
                         if (g0 + 4 <= p.n_groups) {
-                            mid_step<false>(st, st + kStageW, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
+                            mid_step<C, false>(st, act, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
                         } else {
-                            mid_step<true>(st, st + kStageW, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
+                            mid_step<C, true>(st, act, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
                         }
                     }
                 }
@@ -361,7 +388,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
         }
         if (active) {
             const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(sc + p.bias_offset);
-            epilogue<kProj>(p, it, r0, acc, __bfloat162float(bias[r0]), __bfloat162float(bias[r0 + 8]));
+            epilogue<kProj, C::kNt>(p, it, r0, acc, __bfloat162float(bias[r0]), __bfloat162float(bias[r0 + 8]));
         }
         __syncwarp();
         if (lane == 0) mbar_arrive(&iempty[is]);  // this warp is done with the item's scales and biases
@@ -424,6 +451,8 @@ void check_args(const MoeMidArgs& a) {
     OSPREY_CHECK(a.n_tokens >= 0 && a.n_tokens <= a.max_tokens, "moe_mid: n_tokens = ", a.n_tokens,
                  " must be in [0, max_tokens = ", a.max_tokens, "]");
     OSPREY_CHECK(a.top_k == kTopK, "moe_mid: top_k = ", a.top_k, ", only ", kTopK, " is supported");
+    OSPREY_CHECK(a.variant >= -1 && a.variant < kVariants, "moe_mid: variant ", a.variant, " (-1 or 0..",
+                 kVariants - 1, ")");
     OSPREY_CHECK(a.n_experts >= kTopK && a.n_experts <= kMoeMaxExperts, "moe_mid: n_experts = ", a.n_experts,
                  " must be in [", kTopK, ", ", kMoeMaxExperts, "]");
     OSPREY_CHECK(a.d_model > 0 && a.d_model % 32 == 0 && a.d_ff > 0 && a.d_ff % 32 == 0 && a.d_model <= 3072 &&
@@ -441,10 +470,28 @@ void check_args(const MoeMidArgs& a) {
     OSPREY_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0, "moe_mid: workspace must be 256-byte aligned");
 }
 
+// A variant's two kernels and the ring bytes of its dynamic shared memory.
+struct Variant {
+    void (*mlp1)(Params);
+    void (*mlp2)(Params);
+    size_t ring_bytes;
+};
+template <int kTok, int kMul>
+Variant variant_of() {
+    return {moe_mid_kernel<Proj::mlp1, kTok, kMul>, moe_mid_kernel<Proj::mlp2, kTok, kMul>,
+            size_t(Cfg<kTok, kMul>::kStages) * Cfg<kTok, kMul>::kStageBytes};
+}
+const Variant& variant(int v) {
+    static const Variant table[kVariants] = {variant_of<64, 1>(), variant_of<32, 2>(), variant_of<16, 1>(),
+                                             variant_of<16, 2>()};
+    return table[v];
+}
+
 struct Plan {
     Params p1, p2;
     uint4* x;
     int n_rows, n_kb1;
+    Variant v;
     size_t smem1, smem2;
 };
 
@@ -463,7 +510,7 @@ Params params_for(const Mxfp4Experts& w, int n_in, int n_out, const MoeMidArgs& 
     return p;
 }
 
-Plan plan(const MoeMidArgs& a) {
+Plan plan(const MoeMidArgs& a, int v) {
     const Layout l = layout(a.n_tokens, a.d_model, a.d_ff);
     uint8_t* ws = static_cast<uint8_t*>(a.workspace);
     Plan pl{};
@@ -476,8 +523,9 @@ Plan plan(const MoeMidArgs& a) {
     pl.p2 = params_for(a.mlp2, a.d_ff, a.d_model, a);
     pl.p2.act = ws + l.u;
     pl.p2.y = a.y;
-    pl.smem1 = size_t(kStages) * kStageBytes + 2 * size_t(pl.p1.item_bytes);
-    pl.smem2 = size_t(kStages) * kStageBytes + 2 * size_t(pl.p2.item_bytes);
+    pl.v = variant(v);
+    pl.smem1 = pl.v.ring_bytes + 2 * size_t(pl.p1.item_bytes);
+    pl.smem2 = pl.v.ring_bytes + 2 * size_t(pl.p2.item_bytes);
     return pl;
 }
 
@@ -493,11 +541,12 @@ size_t smem_limit() {
         CUDA_CHECK(cudaGetDevice(&device));
         CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         size_t static_bytes = 0;
-        for (auto kernel : {moe_mid_kernel<Proj::mlp1>, moe_mid_kernel<Proj::mlp2>}) {
-            cudaFuncAttributes attr{};
-            CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-            static_bytes = std::max(static_bytes, attr.sharedSizeBytes);
-        }
+        for (int v = 0; v < kVariants; ++v)
+            for (auto kernel : {variant(v).mlp1, variant(v).mlp2}) {
+                cudaFuncAttributes attr{};
+                CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+                static_bytes = std::max(static_bytes, attr.sharedSizeBytes);
+            }
         return size_t(max_optin) - static_bytes;
     }();
     return n;
@@ -505,11 +554,13 @@ size_t smem_limit() {
 
 void configure() {
     thread_local const bool done = [] {  // per thread: the attribute is per device
-        for (auto kernel : {moe_mid_kernel<Proj::mlp1>, moe_mid_kernel<Proj::mlp2>}) {
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                            int(cudaSharedmemCarveoutMaxShared)));
-        }
+        for (int v = 0; v < kVariants; ++v)
+            for (auto kernel : {variant(v).mlp1, variant(v).mlp2}) {
+                CUDA_CHECK(
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
+                CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                int(cudaSharedmemCarveoutMaxShared)));
+            }
         return true;
     }();
     (void)done;
@@ -533,6 +584,18 @@ void launch_mid(void (*kernel)(Params), const Params& p, size_t smem, bool pdl, 
 }  // namespace
 
 #ifndef OSPREY_CUDA_EMULATION
+int moe_mid_default_variant() {
+    static const int v = [] {
+        const char* env = std::getenv("OSPREY_MOE_MID_VARIANT");
+        if (!env || !*env) return 0;
+        const int n = std::atoi(env);
+        OSPREY_CHECK(n >= 0 && n < kVariants && std::string(env) == std::to_string(n), "$OSPREY_MOE_MID_VARIANT = '",
+                     env, "': a variant 0..", kVariants - 1);
+        return n;
+    }();
+    return v;
+}
+
 bool moe_mid_l2_prefetch_default() {
     static const bool on = [] {
         const char* env = std::getenv("OSPREY_MOE_MID_PREFETCH");
@@ -554,7 +617,7 @@ size_t moe_mid_workspace_bytes(int max_tokens, int d_model, int d_ff) {
 void moe_mid(const MoeMidArgs& a, cudaStream_t stream) {
     check_args(a);
     if (a.n_tokens == 0) return;
-    const Plan pl = plan(a);
+    const Plan pl = plan(a, a.variant >= 0 ? a.variant : moe_mid_default_variant());
     OSPREY_CHECK(pl.smem1 <= smem_limit() && pl.smem2 <= smem_limit(), "moe_mid: d_model = ", a.d_model,
                  ", d_ff = ", a.d_ff, " need ", pl.smem1, " / ", pl.smem2, " bytes of shared memory, the device has ",
                  smem_limit());
@@ -563,8 +626,8 @@ void moe_mid(const MoeMidArgs& a, cudaStream_t stream) {
     const int64_t units = int64_t(pl.n_kb1) * pl.n_rows * 32;
     launch(gather_kernel, dim3(unsigned((units + 255) / 256)), dim3(256), 0, stream, pl.x,
            reinterpret_cast<const __nv_bfloat16*>(a.h), a.sorted_rows, pl.n_rows, pl.n_kb1, a.d_model);
-    launch_mid(moe_mid_kernel<Proj::mlp1>, pl.p1, pl.smem1, pdl, stream);
-    launch_mid(moe_mid_kernel<Proj::mlp2>, pl.p2, pl.smem2, pdl, stream);
+    launch_mid(pl.v.mlp1, pl.p1, pl.smem1, pdl, stream);
+    launch_mid(pl.v.mlp2, pl.p2, pl.smem2, pdl, stream);
 }
 #endif  // OSPREY_CUDA_EMULATION
 

@@ -17,8 +17,8 @@
 // bench/bench_moe_decode.cu ("mid" rows).
 //
 // Design (details, and the instruction / byte budget, in moe_mid.cu):
-// - Work item = (active expert e, 128 weight rows, a block of up to kMoeMidTokenBlock routed rows of
-//   e). Items are ordered expert-major, then by row tile, then by token block (so an expert with more
+// - Work item = (active expert e, 128 weight rows, a block of up to 64 routed rows of e (variant 0;
+//   see kMoeMidVariants)). Items are ordered expert-major, then by row tile, then by token block (so an expert with more
 //   routed rows than one block reads the same rows again right away, from L2), and every CTA (one
 //   per SM) takes an equal contiguous range: every SM streams the same number of weight bytes.
 // - Each item streams its rows in k-blocks of 256 inputs through a shared-memory ring filled by one
@@ -46,12 +46,14 @@
 
 namespace osprey::cuda {
 
-// Routed rows of one expert per work item (8-token n-tiles: 8 of them). An expert with more routed
-// rows is split into several items over the same weight rows (read again from L2).
-#ifndef OSPREY_MOE_MID_TOKENS
-#define OSPREY_MOE_MID_TOKENS 64
-#endif
-inline constexpr int kMoeMidTokenBlock = OSPREY_MOE_MID_TOKENS;
+// Variants of the kernels (MoeMidArgs::variant; -1: $OSPREY_MOE_MID_VARIANT, default 0), for A/B on
+// the GPU: routed rows of one expert per work item (an expert with more is split into several items
+// over the same weight rows, read again from L2) x inputs per ring stage (256: weight row copies of
+// 128 B, 512: of 256 B), and the ring depth that leaves:
+//   0: 64 rows, 256 inputs, 4 stages of 48 KB     1: 32 rows, 512 inputs, 3 stages of 64 KB
+//   2: 16 rows, 256 inputs, 8 stages of 24 KB     3: 16 rows, 512 inputs, 4 stages of 48 KB
+inline constexpr int kMoeMidVariants = 4;
+int moe_mid_default_variant();  // $OSPREY_MOE_MID_VARIANT (read once), else 0
 // The default token range MoeStep sends here ($OSPREY_MOE_MID_MIN / _MAX change it): below it
 // moe_decode (up to 8 tokens), above it the grouped GEMMs (narrow / wgmma).
 inline constexpr int kMoeMidMinTokens = 9;
@@ -79,6 +81,7 @@ struct MoeMidArgs {
     // Prefetch each work item's weight rows into L2 in one request before copying them row by row
     // (moe_mid.cu). Default: on unless $OSPREY_MOE_MID_PREFETCH=0 (moe_mid_l2_prefetch_default()).
     bool l2_prefetch = moe_mid_l2_prefetch_default();
+    int variant = -1;  // 0..kMoeMidVariants - 1; -1: moe_mid_default_variant()
 };
 
 // Whether moe_mid takes this shape (what check_args requires of it, besides the pointers).

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
@@ -20,9 +21,11 @@ namespace osprey::cuda {
 bool moe_mid_l2_prefetch_default() {
     return true;
 }
+int moe_mid_default_variant() {
+    return 0;
+}
 
-template <Proj kProj>
-void emu_grid(const Params& p, int grid, size_t smem) {
+void emu_grid(void (*kernel)(Params), const Params& p, int grid, size_t smem) {
     std::vector<uint8_t> dyn(smem + 256);
     for (int b = 0; b < grid; ++b) {
         std::fill(dyn.begin(), dyn.end(), 0xFF);
@@ -41,16 +44,16 @@ void emu_grid(const Params& p, int grid, size_t smem) {
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
-                moe_mid_kernel<kProj>(p);
+                kernel(p);
             });
         for (auto& th : threads) th.join();
     }
 }
 
 // moe_mid() with the launches emulated; grid: the CTAs of each projection (one per SM on the GPU).
-void emu_moe_mid(const MoeMidArgs& a, int grid) {
+void emu_moe_mid(const MoeMidArgs& a, int grid, int v) {
     check_args(a);
-    const Plan pl = plan(a);
+    const Plan pl = plan(a, v);
     blockDim.x = 256;
     const int64_t units = int64_t(pl.n_kb1) * pl.n_rows * 32;
     for (int64_t id = 0; id < (units + 255) / 256 * 256; ++id) {
@@ -58,8 +61,8 @@ void emu_moe_mid(const MoeMidArgs& a, int grid) {
         gather_kernel(pl.x, reinterpret_cast<const __nv_bfloat16*>(a.h), a.sorted_rows, pl.n_rows, pl.n_kb1,
                       a.d_model);
     }
-    emu_grid<Proj::mlp1>(pl.p1, grid, pl.smem1);
-    emu_grid<Proj::mlp2>(pl.p2, grid, pl.smem2);
+    emu_grid(pl.v.mlp1, pl.p1, grid, pl.smem1);
+    emu_grid(pl.v.mlp2, pl.p2, grid, pl.smem2);
 }
 
 size_t emu_workspace_bytes(int max_tokens, int d_model, int d_ff) {
@@ -125,7 +128,8 @@ void compare(const char* what, const std::string& tag, const std::vector<float>&
 
 // routing: 0 random, 1 ties, 2 every token on experts 1, 2, E-1, E-3 (skewed: 4 experts get all
 // tokens, the others none), 3 expert 0 first for every token, the other three random.
-void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int routing, int grid, std::mt19937& rng) {
+void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int routing, int grid, int variant,
+         std::mt19937& rng) {
     const int E = s.n_experts;
     std::uniform_real_distribution<float> ux(-2.0f, 2.0f), ul(-4.0f, 4.0f);
     std::vector<bf16> h(size_t(n_tokens) * s.d_model);
@@ -181,10 +185,10 @@ void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int
                              .top_k = 4,
                              .d_model = s.d_model,
                              .d_ff = s.d_ff};
-    cuda::emu_moe_mid(a, grid);
+    cuda::emu_moe_mid(a, grid, variant);
     char tag[160];
-    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d grid=%d block=%d]", s.name, n_tokens, routing, grid,
-                  cuda::kMoeMidTokenBlock);
+    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d grid=%d variant=%d]", s.name, n_tokens, routing, grid,
+                  variant);
     std::vector<float> u(size_t(rows) * s.d_ff);
     const bf16* ud = reinterpret_cast<const bf16*>(ws);
     for (int p = 0; p < rows; ++p)
@@ -200,6 +204,7 @@ void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int
 
 int main(int argc, char** argv) {
     const unsigned seed = argc > 1 ? unsigned(std::atoi(argv[1])) : 1u;
+    const bool variants_only = argc > 2 && std::string(argv[2]) == "variants";
     std::mt19937 rng(seed);
     // tiny: one k-block with one k-step; odd: mlp1 3 groups (a partial k-step, lanes c = 3 idle),
     // 320 rows (a 64-row last tile), mlp2 5 groups (the second k-step has one group) and 96 rows
@@ -208,13 +213,23 @@ int main(int argc, char** argv) {
     const Shape shapes[] = {{"tiny", 8, 128, 128}, {"odd", 6, 96, 160}, {"mid", 16, 512, 288}};
     for (const Shape& s : shapes) {
         const Weights w1(s.n_experts, 2 * s.d_ff, s.d_model, rng), w2(s.n_experts, s.d_model, s.d_ff, rng);
-        for (int grid : {2, 7, 132})
-            for (int t : {9, 16, 31, 40})
-                for (int routing : {0, 1, 2, 3}) {
-                    if (s.name[0] == 'm' && (grid == 7 || t == 16)) continue;  // keep the mid shape short
-                    if (grid == 7 && routing == 1) continue;
-                    run(s, w1, w2, t, routing, grid, rng);
-                }
+        if (!variants_only)
+            for (int grid : {2, 7, 132})
+                for (int t : {9, 16, 31, 40})
+                    for (int routing : {0, 1, 2, 3}) {
+                        if (s.name[0] == 'm' && (grid == 7 || t == 16)) continue;  // keep the mid shape short
+                        if (grid == 7 && routing == 1) continue;
+                        run(s, w1, w2, t, routing, grid, 0, rng);
+                    }
+        // The other variants (16- and 32-row token blocks: skewed experts split over 2-3 items;
+        // two k-blocks per stage: partial second blocks), fewer cases.
+        for (int variant = 1; variant < cuda::kMoeMidVariants; ++variant)
+            for (int grid : {3, 132})
+                for (int t : {9, 40})
+                    for (int routing : {0, 2}) {
+                        if (s.name[0] == 't' && grid == 132) continue;
+                        run(s, w1, w2, t, routing, grid, variant, rng);
+                    }
     }
     std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
     return failures ? 1 : 0;
