@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cases/moe_mlp_cases.h"  // Mxfp4Projection: random MXFP4 experts and their CPU reference
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cuda_test_util.h"
-#include "kernels/cases/moe_mlp_cases.h"  // Mxfp4Projection: random MXFP4 experts and their CPU reference
 
 namespace osprey::test::moe_block {
 
@@ -155,8 +155,8 @@ struct Reference {
     std::vector<float> out, out_tol;  // [T, d_model]
 };
 
-inline Reference reference(const Shape& s, const Experts& ex, const std::vector<bf16>& h, const std::vector<float>& logits,
-                    int n_tokens) {
+inline Reference reference(const Shape& s, const Experts& ex, const std::vector<bf16>& h,
+                           const std::vector<float>& logits, int n_tokens) {
     Reference r;
     const int rows = n_tokens * kTopK;
     r.ids.resize(rows), r.w.resize(rows);
@@ -219,7 +219,7 @@ inline Reference reference(const Shape& s, const Experts& ex, const std::vector<
 // Checks |got - want| <= tol element-wise over [rows, cols]; reports the worst element relative to
 // its bound (and any NaN) with its (row, column).
 inline void expect_within(const std::vector<float>& got, const std::vector<float>& want, const std::vector<float>& tol,
-                   int cols, const char* row_name, const std::string& what) {
+                          int cols, const char* row_name, const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
     size_t bad = 0, worst_i = 0;
     double worst = -1.0;

@@ -288,8 +288,7 @@ TEST(MoeMidGraph, replay_matches_eager) {
 
 TEST(MoeMidErrors, rejects_bad_arguments) {
     const Experts& ex = experts_for(kTiny, false);
-    MidRun r(kTiny, ex, random_bf16(size_t(16) * kTiny.d_model, 1), random_floats(size_t(16) * kTiny.n_experts, 2),
-             16);
+    MidRun r(kTiny, ex, random_bf16(size_t(16) * kTiny.d_model, 1), random_floats(size_t(16) * kTiny.n_experts, 2), 16);
     cuda::MoeMidArgs a = r.args();
     a.n_tokens = 17;  // more than the workspace holds
     EXPECT_THROW(cuda::moe_mid(a, nullptr), Error);

@@ -44,8 +44,8 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
 // bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* bar, uint64_t policy) {
     asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-            smem_u32(dst)),
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], "
+        "%4;\n" ::"r"(smem_u32(dst)),
         "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
         : "memory");
 }

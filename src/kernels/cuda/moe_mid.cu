@@ -90,7 +90,7 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16 * kConsumerWarps;  // weight rows per item (one m-tile per warp)
 constexpr int kKb = 256;                        // inputs per k-block of the tile layout (moe_mid_act_index)
 constexpr int kKbGroups = kKb / 32;
-constexpr int kActRowBytes = kKb * 2;           // one activation row of a k-block
+constexpr int kActRowBytes = kKb * 2;  // one activation row of a k-block
 constexpr int kRingBytes = 192 * 1024;
 constexpr int kMaxPerLane = (kMoeMaxExperts + 31) / 32;
 
@@ -115,18 +115,18 @@ constexpr int kVariants = 4;
 enum class Proj { mlp1, mlp2 };
 
 struct Params {
-    const uint8_t* blocks;      // [n_experts, n_out, n_groups, 16]
-    const uint8_t* scales;      // [n_experts, n_out, n_groups]
-    const __nv_bfloat16* bias;  // [n_experts, n_out]
-    const int32_t* offsets;     // [n_experts + 1]
-    const int32_t* sorted_rows; // [n_rows]
-    const uint8_t* act;         // activation tiles [n_kb][n_rows][512 B] (moe_mid_act_index)
-    __nv_bfloat16* u;           // mlp1: u tiles (moe_mid_act_index, n_out / 2 columns)
-    float* y;                   // mlp2: [n_rows, n_out] by routed row t * 4 + slot
+    const uint8_t* blocks;       // [n_experts, n_out, n_groups, 16]
+    const uint8_t* scales;       // [n_experts, n_out, n_groups]
+    const __nv_bfloat16* bias;   // [n_experts, n_out]
+    const int32_t* offsets;      // [n_experts + 1]
+    const int32_t* sorted_rows;  // [n_rows]
+    const uint8_t* act;          // activation tiles [n_kb][n_rows][512 B] (moe_mid_act_index)
+    __nv_bfloat16* u;            // mlp1: u tiles (moe_mid_act_index, n_out / 2 columns)
+    float* y;                    // mlp2: [n_rows, n_out] by routed row t * 4 + slot
     int n_rows, n_experts, n_in, n_out, n_groups, n_kb, n_mt;
-    int item_bytes;             // one item slot: scales [128][n_groups] (to 128 B), then biases [128]
-    int bias_offset;            // of the biases inside an item slot
-    int prefetch;               // 1: prefetch each item's weight rows into L2 when it starts (see below)
+    int item_bytes;   // one item slot: scales [128][n_groups] (to 128 B), then biases [128]
+    int bias_offset;  // of the biases inside an item slot
+    int prefetch;     // 1: prefetch each item's weight rows into L2 when it starts (see below)
     float alpha, limit;
 };
 
@@ -228,7 +228,7 @@ __device__ __forceinline__ void mid_step(const uint8_t* w, const uint8_t* act, c
         decode_fp4x8(wbv[i], sb2, rb);
 #pragma unroll
         for (int n = 0; n < kNt; ++n) {
-            if (n < nt) {  // uniform across the warp
+            if (n < nt) {                  // uniform across the warp
                 const int tr = n * 8 + g;  // token row of the item
                 const int unit = ((s2 & 1) * 16 + i * 4 + c) ^ (((p0 + tr) & 1) << 2);
                 uint4 x = ld_shared16(act + tr * kActRowBytes + unit * 16);
@@ -359,7 +359,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
         const int is = ii & 1;
         mbar_wait(&ifull[is], uint32_t(ii >> 1) & 1u);
         const uint8_t* sc = slots + size_t(is) * p.item_bytes;  // [rows][n_groups]
-        const bool active = warp * 16 < it.rows;             // uniform
+        const bool active = warp * 16 < it.rows;                // uniform
         const int nt = (it.n + 7) / 8;
         float acc[C::kNt][4];
 #pragma unroll
@@ -451,14 +451,14 @@ void check_args(const MoeMidArgs& a) {
     OSPREY_CHECK(a.n_tokens >= 0 && a.n_tokens <= a.max_tokens, "moe_mid: n_tokens = ", a.n_tokens,
                  " must be in [0, max_tokens = ", a.max_tokens, "]");
     OSPREY_CHECK(a.top_k == kTopK, "moe_mid: top_k = ", a.top_k, ", only ", kTopK, " is supported");
-    OSPREY_CHECK(a.variant >= -1 && a.variant < kVariants, "moe_mid: variant ", a.variant, " (-1 or 0..",
-                 kVariants - 1, ")");
+    OSPREY_CHECK(a.variant >= -1 && a.variant < kVariants, "moe_mid: variant ", a.variant, " (-1 or 0..", kVariants - 1,
+                 ")");
     OSPREY_CHECK(a.n_experts >= kTopK && a.n_experts <= kMoeMaxExperts, "moe_mid: n_experts = ", a.n_experts,
                  " must be in [", kTopK, ", ", kMoeMaxExperts, "]");
-    OSPREY_CHECK(a.d_model > 0 && a.d_model % 32 == 0 && a.d_ff > 0 && a.d_ff % 32 == 0 && a.d_model <= 3072 &&
-                     a.d_ff <= 3072,
-                 "moe_mid: d_model = ", a.d_model, " and d_ff = ", a.d_ff,
-                 " must be positive multiples of 32 (the MXFP4 group), at most 3072 (an item's scales)");
+    OSPREY_CHECK(
+        a.d_model > 0 && a.d_model % 32 == 0 && a.d_ff > 0 && a.d_ff % 32 == 0 && a.d_model <= 3072 && a.d_ff <= 3072,
+        "moe_mid: d_model = ", a.d_model, " and d_ff = ", a.d_ff,
+        " must be positive multiples of 32 (the MXFP4 group), at most 3072 (an item's scales)");
     if (a.n_tokens == 0) return;
     OSPREY_CHECK(a.y && a.h && a.workspace && a.expert_offsets && a.sorted_rows, "moe_mid: null pointer");
     for (const Mxfp4Experts* w : {&a.mlp1, &a.mlp2}) {

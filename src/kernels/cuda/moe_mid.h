@@ -18,9 +18,9 @@
 //
 // Design (details, and the instruction / byte budget, in moe_mid.cu):
 // - Work item = (active expert e, 128 weight rows, a block of up to 64 routed rows of e (variant 0;
-//   see kMoeMidVariants)). Items are ordered expert-major, then by row tile, then by token block (so an expert with more
-//   routed rows than one block reads the same rows again right away, from L2), and every CTA (one
-//   per SM) takes an equal contiguous range: every SM streams the same number of weight bytes.
+//   see kMoeMidVariants)). Items are ordered expert-major, then by row tile, then by token block (so an expert with
+//   more routed rows than one block reads the same rows again right away, from L2), and every CTA (one per SM) takes an
+//   equal contiguous range: every SM streams the same number of weight bytes.
 // - Each item streams its rows in k-blocks of 256 inputs through a shared-memory ring filled by one
 //   producer warp with cp.async.bulk: per stage 128 row segments of 128 B (weights) and one copy of
 //   the item's activation tile [rows of the block][256 inputs] (contiguous in the tile layout).

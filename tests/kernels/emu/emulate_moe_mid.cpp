@@ -58,8 +58,7 @@ void emu_moe_mid(const MoeMidArgs& a, int grid, int v) {
     const int64_t units = int64_t(pl.n_kb1) * pl.n_rows * 32;
     for (int64_t id = 0; id < (units + 255) / 256 * 256; ++id) {
         blockIdx.x = unsigned(id / 256), threadIdx.x = unsigned(id % 256);
-        gather_kernel(pl.x, reinterpret_cast<const __nv_bfloat16*>(a.h), a.sorted_rows, pl.n_rows, pl.n_kb1,
-                      a.d_model);
+        gather_kernel(pl.x, reinterpret_cast<const __nv_bfloat16*>(a.h), a.sorted_rows, pl.n_rows, pl.n_kb1, a.d_model);
     }
     emu_grid(pl.v.mlp1, pl.p1, grid, pl.smem1);
     emu_grid(pl.v.mlp2, pl.p2, grid, pl.smem2);
@@ -187,8 +186,7 @@ void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int
                              .d_ff = s.d_ff};
     cuda::emu_moe_mid(a, grid, variant);
     char tag[160];
-    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d grid=%d variant=%d]", s.name, n_tokens, routing, grid,
-                  variant);
+    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d grid=%d variant=%d]", s.name, n_tokens, routing, grid, variant);
     std::vector<float> u(size_t(rows) * s.d_ff);
     const bf16* ud = reinterpret_cast<const bf16*>(ws);
     for (int p = 0; p < rows; ++p)
