@@ -1,10 +1,16 @@
 // The decode MoE block (kernels/cuda/moe_decode.h, 2 launches) next to the current MoE step (route,
-// group, mlp1, mlp2, combine: "whole step (auto)"), at gpt-oss-20b / 120b shapes for T = 1, 2, 4, 8.
+// group, mlp1, mlp2, combine: "whole step (auto)"), at gpt-oss-20b / 120b shapes for T = 1, 2, 4, 8;
+// and the mid-batch path (kernels/cuda/moe_mid.h: gather, mlp1, mlp2) for T = 16, 32, 64, 128 next
+// to moe_mlp1 + moe_mlp2 forced to the narrow tiling (what MoeStep ran there before) and to the
+// automatic choice, all on the same grouping (route + group run once per input set, outside the
+// timing), plus "mid + route + group": the launches MoeStep::run makes on the mid path. The
+// "moe_mid (PDL)" line is the default variant (or $OSPREY_MOE_MID_VARIANT); each variant is also
+// timed by number (moe_mid.h).
 // Bytes are what must be read: the distinct active experts' MXFP4 blocks + scales + BF16 biases of
 // both projections (averaged over the input sets); % is of 4.64 TB/s (H200 HBM3e, 4.8 TB/s nominal).
 // Each figure is per call, from a CUDA graph of kCalls calls (as the forward replays it), median of
 // kReps replays; inputs rotate over kInputs sets and weights over kLayers layers (> L2).
-//   usage: bench_moe_decode [20b|120b|all]
+//   usage: bench_moe_decode [20b|120b|all] [decode|mid|both]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -17,6 +23,7 @@
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
+#include "kernels/cuda/moe_mid.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
 #include "tests/kernels/cases/moe_mlp_cases.h"
@@ -195,13 +202,166 @@ void run_shape(const char* name, int n_experts) {
     }
 }
 
+// The mid-batch path at T = 16..128 (see the top of the file).
+struct MidInputs {
+    DeviceBuffer<bf16> h, u;
+    DeviceBuffer<float> logits, w, y;
+    DeviceBuffer<int32_t> ids, offsets, sorted, scratch;
+    int n_active = 0;
+};
+
+void run_mid_shape(const char* name, int n_experts) {
+    const int d_model = 2880, d_ff = 2880;
+    std::printf("\n== gpt-oss-%s mid batches: %d experts, d_model %d, d_ff %d ==\n", name, n_experts, d_model, d_ff);
+    std::vector<std::unique_ptr<Layer>> layers;
+    for (int l = 0; l < kLayers; ++l)
+        layers.push_back(std::make_unique<Layer>(n_experts, d_model, d_ff, 1000 + 17 * l));
+    const double expert_bytes = 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff +  // mlp1 blocks + scales + bias
+                                double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;  // mlp2
+    constexpr int kMaxMid = 128;
+    DeviceBuffer<uint8_t> ws(cuda::moe_mid_workspace_bytes(kMaxMid, d_model, d_ff));
+    std::mt19937 rng(42);
+
+    for (int n_tokens : {16, 32, 64, 128}) {
+        const int rows = n_tokens * kTopK;
+        std::vector<MidInputs> in(kInputs);
+        double n_active = 0;
+        for (auto& b : in) {
+            std::uniform_real_distribution<float> uni(-4.0f, 4.0f), hx(-2.0f, 2.0f);
+            std::vector<bf16> h(size_t(n_tokens) * d_model);
+            std::vector<float> logits(size_t(n_tokens) * n_experts);
+            for (auto& v : h) v = float_to_bf16(hx(rng));
+            for (auto& v : logits) v = uni(rng);
+            b.h.resize(h.size()), b.h.upload(h);
+            b.logits.resize(logits.size()), b.logits.upload(logits);
+            b.w.resize(rows), b.y.resize(size_t(rows) * d_model), b.u.resize(size_t(rows) * d_ff);
+            b.ids.resize(rows), b.offsets.resize(n_experts + 1), b.sorted.resize(rows);
+            b.scratch.resize(std::max<size_t>(1, cuda::moe_group_scratch_elems(n_tokens, kTopK, n_experts)));
+            std::set<int> active;
+            for (int t = 0; t < n_tokens; ++t) {
+                std::vector<int> order(n_experts);
+                for (int e = 0; e < n_experts; ++e) order[e] = e;
+                const float* r = logits.data() + size_t(t) * n_experts;
+                std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
+                                  [&](int x, int y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
+                active.insert(order.begin(), order.begin() + kTopK);
+            }
+            b.n_active = int(active.size());
+            n_active += double(b.n_active) / kInputs;
+        }
+        const double bytes = n_active * expert_bytes;
+        std::printf("-- %d tokens, %.2f distinct experts on average, %.1f routed rows per active expert (%.1f MB of "
+                    "weights per call)\n",
+                    n_tokens, n_active, rows / n_active, bytes / 1e6);
+
+        auto route_group = [&](MidInputs& b, cudaStream_t s) {
+            cuda::moe_route_topk({.expert_ids = b.ids.get(),
+                                  .expert_weights = b.w.get(),
+                                  .logits = b.logits.get(),
+                                  .n_tokens = n_tokens,
+                                  .n_experts = n_experts,
+                                  .top_k = kTopK},
+                                 s);
+            cuda::moe_group_by_expert({.expert_offsets = b.offsets.get(),
+                                       .sorted_rows = b.sorted.get(),
+                                       .scratch = b.scratch.get(),
+                                       .expert_ids = b.ids.get(),
+                                       .n_tokens = n_tokens,
+                                       .n_experts = n_experts,
+                                       .top_k = kTopK},
+                                      s);
+        };
+        auto mid = [&](int i, cudaStream_t s, bool pdl, bool prefetch = true, int variant = -1) {
+            MidInputs& b = in[i % kInputs];
+            const Layer& l = *layers[i % kLayers];
+            cuda::moe_mid({.y = b.y.get(),
+                           .h = b.h.get(),
+                           .mlp1 = l.mlp1.view(),
+                           .mlp2 = l.mlp2.view(),
+                           .expert_offsets = b.offsets.get(),
+                           .sorted_rows = b.sorted.get(),
+                           .workspace = ws.get(),
+                           .max_tokens = kMaxMid,
+                           .n_tokens = n_tokens,
+                           .n_experts = n_experts,
+                           .top_k = kTopK,
+                           .d_model = d_model,
+                           .d_ff = d_ff,
+                           .pdl = pdl,
+                           .l2_prefetch = prefetch,
+                           .variant = variant},
+                          s);
+        };
+        auto grouped = [&](int i, cudaStream_t s, cuda::MoeKernel kernel) {
+            MidInputs& b = in[i % kInputs];
+            const Layer& l = *layers[i % kLayers];
+            cuda::moe_mlp1({.u = b.u.get(),
+                            .x = b.h.get(),
+                            .w = l.mlp1.view(),
+                            .expert_offsets = b.offsets.get(),
+                            .sorted_rows = b.sorted.get(),
+                            .n_tokens = n_tokens,
+                            .n_experts = n_experts,
+                            .top_k = kTopK,
+                            .d_model = d_model,
+                            .d_ff = d_ff,
+                            .kernel = kernel},
+                           s);
+            cuda::moe_mlp2({.y = b.y.get(),
+                            .u = b.u.get(),
+                            .w = l.mlp2.view(),
+                            .expert_offsets = b.offsets.get(),
+                            .sorted_rows = b.sorted.get(),
+                            .n_tokens = n_tokens,
+                            .n_experts = n_experts,
+                            .top_k = kTopK,
+                            .d_model = d_model,
+                            .d_ff = d_ff,
+                            .kernel = kernel},
+                           s);
+        };
+        for (auto& b : in) route_group(b, nullptr);  // the grouping the timed calls reuse
+        mid(0, nullptr, true);                       // first call outside capture (one-time kernel attributes)
+        CUDA_CHECK(cudaDeviceSynchronize());
+        char label[96];
+        std::snprintf(label, sizeof label, "%s %d tok moe_mid (PDL)", name, n_tokens);
+        const double t_mid = time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true); });
+        report(label, t_mid, bytes);
+        std::snprintf(label, sizeof label, "%s %d tok moe_mid (no PDL)", name, n_tokens);
+        report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, false); }), bytes);
+        std::snprintf(label, sizeof label, "%s %d tok moe_mid (no L2 prefetch)", name, n_tokens);
+        report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, false); }), bytes);
+        for (int v = 0; v < cuda::kMoeMidVariants; ++v) {
+            std::snprintf(label, sizeof label, "%s %d tok moe_mid variant %d", name, n_tokens, v);
+            report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, true, v); }), bytes);
+        }
+        std::snprintf(label, sizeof label, "%s %d tok mid + route + group", name, n_tokens);
+        report(label, time_graph_us([&](int i, cudaStream_t s) {
+                   route_group(in[i % kInputs], s);
+                   mid(i, s, true);
+               }),
+               bytes);
+        std::snprintf(label, sizeof label, "%s %d tok mlp1+mlp2 narrow", name, n_tokens);
+        const double t_narrow =
+            time_graph_us([&](int i, cudaStream_t s) { grouped(i, s, cuda::MoeKernel::narrow); });
+        report(label, t_narrow, bytes);
+        std::snprintf(label, sizeof label, "%s %d tok mlp1+mlp2 auto", name, n_tokens);
+        report(label, time_graph_us([&](int i, cudaStream_t s) { grouped(i, s, cuda::MoeKernel::automatic); }), bytes);
+        std::printf("%-40s %9.2fx\n", "   speed-up over narrow", t_narrow / t_mid);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const std::string which = argc > 1 ? argv[1] : "all";
+    const std::string paths = argc > 2 ? argv[2] : "both";
     std::printf("bench_moe_decode on %s (graph replays of %d calls, median of %d)\n", cuda::device_name().c_str(),
                 kCalls, kReps);
-    if (which == "20b" || which == "all") run_shape("20b", 32);
-    if (which == "120b" || which == "all") run_shape("120b", 128);
+    const bool decode = paths == "decode" || paths == "both", mid = paths == "mid" || paths == "both";
+    if (decode && (which == "20b" || which == "all")) run_shape("20b", 32);
+    if (decode && (which == "120b" || which == "all")) run_shape("120b", 128);
+    if (mid && (which == "20b" || which == "all")) run_mid_shape("20b", 32);
+    if (mid && (which == "120b" || which == "all")) run_mid_shape("120b", 128);
     return 0;
 }

@@ -23,6 +23,7 @@ k="$root/src/kernels/cuda"
   sed -n '/^struct MoeDecodeArgs {/,/^};/p' "$k/moe_decode.h"
   sed -n '/^__device__ __forceinline__ bool topk_ranks_before/,/^}  \/\/ namespace osprey::cuda/p' "$k/moe_topk.cuh" | sed '$d'
   echo '}  // namespace osprey::cuda'
+  sed -n '/^namespace osprey::cuda {/,/^}  \/\/ namespace osprey::cuda/p' "$k/moe_fp4.cuh"
   sed -n '/^namespace osprey::cuda {/,$p' "$k/moe_decode.cu" |
     sed 's/extern __shared__ __align__([0-9]*) uint8_t smem\[\];/uint8_t* smem = g_dyn_smem;/'
 } > "$out/moe_decode_emulated.h"

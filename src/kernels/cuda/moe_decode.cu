@@ -45,6 +45,7 @@
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
+#include "kernels/cuda/moe_fp4.cuh"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/moe_topk.cuh"
 #include "kernels/cuda/runtime.h"
@@ -73,10 +74,6 @@ constexpr int kRedFloats = kConsumerWarps * 128;  // one chunk's partial sums, [
 constexpr int kRedBufs = 3;                       // partial-sum buffers in flight
 constexpr int kBiasBytes = kRows * 2;             // a chunk's BF16 biases
 constexpr int kMaxPerLane = kMoeMaxExperts / 32;
-// Decoded weights are FP4 · 2^(scale - 159): the BF16 multiplier 2^(scale - 33) has exponent field
-// scale + 94 (valid for scale <= 160); the accumulators are multiplied back by 2^32.
-constexpr uint32_t kScaleExponentBias = 127 - 33;
-constexpr float kUnscale = 4294967296.0f;  // 2^32
 static_assert(kWarps >= kMaxTokens, "routing: one warp per token");
 static_assert(kMaxActive <= 32, "the slot tables are built by one warp");
 
@@ -111,63 +108,6 @@ struct Chunk {
     uint4 wa, wb;
     uint32_t sa, sb;
 };
-
-#ifndef OSPREY_CUDA_EMULATION  // (mbar_t, smem_u32 and the mbarrier operations: mbarrier.cuh)
-
-__device__ __forceinline__ void griddep_wait() {
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-__device__ __forceinline__ void griddep_launch_dependents() {
-    asm volatile("griddepcontrol.launch_dependents;\n" ::);
-}
-
-// An L2 policy for data read once (the expert weights): evicted first, so that the 50+ MB of experts
-// streamed per layer do not push out what the other kernels of the step reuse (measured: 20b batch 1
-// 432 -> 453 tokens/s).
-__device__ __forceinline__ uint64_t evict_first_policy() {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-// bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* bar, uint64_t policy) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar)), "l"(policy)
-        : "memory");
-}
-__device__ __forceinline__ uint4 ld_shared16(const uint8_t* p) {
-    return *reinterpret_cast<const uint4*>(p);
-}
-// Activations written by the previous kernel: through L2 only (never a stale L1 line).
-__device__ __forceinline__ uint4 ld_act16(const __nv_bfloat16* p) {
-    return __ldcg(reinterpret_cast<const uint4*>(p));
-}
-
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-    uint32_t r;
-    asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
-    return r;
-}
-#endif  // OSPREY_CUDA_EMULATION
-
-// Nibbles j and j + 4 of w (elements 8i + j, 8i + j + 4 of the group) as one BF16x2 of FP4 · 2^-126:
-// with the two nibbles isolated at bits [3:0] and [19:16] (mul 4160 = 2^12 + 2^6) or [7:4] and
-// [23:20] (mul 260 = 2^8 + 2^2), the product holds each nibble twice without carries; the mask keeps
-// the sign from the high copy (bit 15) and e1 e0 m from the low copy (bits 8:6), in both halves.
-__device__ __forceinline__ uint32_t fp4_pair(uint32_t isolated, uint32_t mul) {
-    return (isolated * mul) & 0x81C081C0u;
-}
-
-// The 8 nibbles of w as 4 BF16x2 pairs (elements (0,4), (1,5), (2,6), (3,7)) times scale2.
-__device__ __forceinline__ void decode_fp4x8(uint32_t w, uint32_t scale2, uint32_t (&r)[4]) {
-    const uint32_t hi = w >> 8;
-    r[0] = bf16x2_mul(fp4_pair(w & 0x000F000Fu, 4160u), scale2);
-    r[1] = bf16x2_mul(fp4_pair(w & 0x00F000F0u, 260u), scale2);
-    r[2] = bf16x2_mul(fp4_pair(hi & 0x000F000Fu, 4160u), scale2);
-    r[3] = bf16x2_mul(fp4_pair(hi & 0x00F000F0u, 260u), scale2);
-}
 
 // One k-step: 8 mma over the lane's 32 elements of rows g and g + 8 (A) and its activation
 // fragments x[quad] (B). 2 * kAccPairs accumulator sets keep the mma dependency chains short.
@@ -223,12 +163,6 @@ __device__ void route(const Params& p, Routing& rt) {
         if (lane == 0) rt.n_active = n;
     }
     __syncthreads();
-}
-
-__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
 }
 
 // acc: rows (mt * 16 + g, + 8) x columns (2c, 2c + 1) of active slot a, scaled by 2^-32; bias_a and

@@ -1,8 +1,10 @@
 #include "model/cuda/moe_step.h"
 
+#include "core/check.h"
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
+#include "kernels/cuda/moe_mid.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
 
@@ -12,6 +14,39 @@
 
 namespace osprey::model {
 
+namespace {
+
+int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    if (!v || !*v) return fallback;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    OSPREY_CHECK(end && *end == '\0' && n >= 0 && n <= 1 << 20, "$", name, " = '", v, "' is not a token count");
+    return int(n);
+}
+
+// The token range of the mid-batch path: $OSPREY_MOE_MID=0 turns it off, $OSPREY_MOE_MID_MIN /
+// $OSPREY_MOE_MID_MAX move its bounds (defaults kMoeMidMinTokens..kMoeMidMaxTokens).
+struct MidRange {
+    bool on;
+    int min, max;
+};
+MidRange mid_range() {
+    const char* env = std::getenv("OSPREY_MOE_MID");
+    MidRange r{!(env && std::string(env) == "0"), env_int("OSPREY_MOE_MID_MIN", cuda::kMoeMidMinTokens),
+               env_int("OSPREY_MOE_MID_MAX", cuda::kMoeMidMaxTokens)};
+    if (r.max < r.min) r.on = false;
+    return r;
+}
+
+// The largest batch the mid path's workspace is sized for.
+int mid_capacity(int max_tokens) {
+    const MidRange r = mid_range();
+    return r.on ? std::min(max_tokens, r.max) : 0;
+}
+
+}  // namespace
+
 size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
     using W = cuda::Workspace;
     const size_t rows = size_t(max_tokens) * c.top_k;
@@ -19,7 +54,8 @@ size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
            W::bytes_for<int32_t>(rows) +
            W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
            W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model) +
-           W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff));
+           W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff)) +
+           W::bytes_for<uint8_t>(cuda::moe_mid_workspace_bytes(mid_capacity(max_tokens), c.d_model, c.d_ff));
 }
 
 MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
@@ -37,6 +73,12 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
     m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
     const char* env = std::getenv("OSPREY_MOE_DECODE");
     m.use_decode_path = !(env && std::string(env) == "0");
+    m.mid_max_tokens = mid_capacity(max_tokens);
+    const size_t mid_bytes = cuda::moe_mid_workspace_bytes(m.mid_max_tokens, c.d_model, c.d_ff);
+    m.mid_workspace = ws.take<uint8_t>(mid_bytes, "moe mid");
+    const MidRange r = mid_range();
+    m.mid_min_tokens = r.on ? std::max(1, r.min) : 1;
+    if (!r.on) m.mid_max_tokens = 0;
     return m;
 }
 
@@ -53,6 +95,25 @@ MoeOutputs MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, co
                          stream);
         const cuda::MoeDecodeOutputs o = cuda::moe_decode_outputs(decode_workspace, c.d_model, c.d_ff);
         return {o.y, o.w};
+    }
+    if (n_tokens >= mid_min_tokens && n_tokens <= mid_max_tokens &&
+        cuda::moe_mid_supports(c.n_experts, c.d_model, c.d_ff, c.top_k)) {
+        // Mid-sized batches: route and group, then gather + mlp1 + mlp2 streaming each active expert once.
+        cuda::moe_route_topk({.expert_ids = expert_ids, .expert_weights = expert_weights, .logits = router,
+                              .n_tokens = n_tokens, .n_experts = c.n_experts, .top_k = c.top_k},
+                             stream);
+        cuda::moe_group_by_expert({.expert_offsets = expert_offsets, .sorted_rows = sorted_rows,
+                                   .scratch = group_scratch, .expert_ids = expert_ids, .n_tokens = n_tokens,
+                                   .n_experts = c.n_experts, .top_k = c.top_k},
+                                  stream);
+        cuda::moe_mid({.y = y, .h = h, .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
+                       .mlp2 = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
+                       .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .workspace = mid_workspace,
+                       .max_tokens = mid_max_tokens, .n_tokens = n_tokens, .n_experts = c.n_experts,
+                       .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff, .swiglu_alpha = c.swiglu_alpha,
+                       .swiglu_limit = c.swiglu_limit},
+                      stream);
+        return {y, expert_weights};
     }
     return launch_experts(c, MoeExperts::whole(c), w, h, router, n_tokens, stream);
 }

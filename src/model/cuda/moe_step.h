@@ -40,6 +40,8 @@ struct MoeStep {
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
     void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's
+    void* mid_workspace = nullptr;      // moe_mid_workspace_bytes(mid_max_tokens): the mid-batch path's
+    int mid_min_tokens = 1, mid_max_tokens = 0;  // run() takes the mid path for batches in this range
 
     static size_t workspace_bytes(const Config& c, int max_tokens);
     static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
@@ -52,6 +54,10 @@ struct MoeStep {
     // On by default ($OSPREY_MOE_DECODE=0 turns it off): on the H200 (bench_moe_decode 20b, commit
     // after 0cd92cf) 37.2 against 45.1 us at 1 token, 61.3 against 64.2 at 2, level at 4-8; 20b decode
     // batch 1 432 against 404 tokens/s (docs/performance.md).
+    // From kMoeMidMinTokens (9) to kMoeMidMaxTokens (128) tokens (and when the decode path is off or
+    // smaller) the three-launch mid-batch path of kernels/cuda/moe_mid.h, after route and group:
+    // $OSPREY_MOE_MID=0 turns it off, $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
+    // by workspace_bytes and carve; the workspace is sized for min(max_tokens, the range's top)).
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
     MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                    cudaStream_t stream) const;

@@ -1,4 +1,4 @@
-// What kernels/cuda/moe_decode.cu needs beyond cuda_emulation.h, for running its device code on the
+// What kernels/cuda/moe_decode.cu and moe_mid.cu need beyond cuda_emulation.h, for running its device code on the
 // CPU (scripts/emulate_moe_decode.sh): uint4, BF16 conversions and bf16x2 multiply, byte_perm,
 // cache-hinted loads and stores, fences, and a warp-collective mma.sync m16n8k16 (BF16 in, FP32
 // accumulate) that gathers the 32 lanes' fragments exactly as PTX lays them out. PDL is a no-op
@@ -138,6 +138,15 @@ inline uint4 ld_act16(const __nv_bfloat16* p) {
 
 inline uint64_t evict_first_policy() {
     return 0;
+}
+inline uint64_t evict_last_policy() {
+    return 0;
+}
+inline void bulk_prefetch_l2(const void*, uint32_t bytes) {
+    if (bytes % 16) {
+        std::fprintf(stderr, "bulk_prefetch_l2: %u bytes\n", bytes);
+        std::abort();
+    }
 }
 
 inline void griddep_wait() {}

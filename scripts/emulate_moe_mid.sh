@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Checks the mid-batch MoE kernels' logic (item table and work split, the k-block ring and item slots,
+# per-row weight copies, tile layout and swizzle, fragment mapping, FP4 decode, partial k-steps,
+# epilogues) on a machine without a GPU: extracts the device code of src/kernels/cuda/moe_mid.cu,
+# compiles it as C++ against the CPU emulation (tests/kernels/emu/cuda_emulation.h +
+# moe_decode_emulation.h: one std::thread per CUDA thread) and compares with the CPU reference on
+# small shapes, skewed routings and several grid sizes, for every variant (kMoeMidVariants: token
+# blocks of 64, 32 and 16 rows, one or two k-blocks per stage; the default one with the most cases).
+#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants]]   ("variants": only the others)
+#   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${1:?usage: $0 BUILD_DIR [seed]}"
+seed="${2:-1}"
+out="$build/emulate_moe_mid"
+mkdir -p "$out"
+k="$root/src/kernels/cuda"
+{
+  echo '#include "moe_decode_emulation.h"'
+  echo 'inline dim3 blockDim;'
+  echo 'namespace osprey::cuda {'
+  grep -E "^inline constexpr int kMoeMaxExperts" "$k/moe_route.h"
+  sed -n '/^struct Mxfp4Experts {/,/^};/p' "$k/moe_mlp_mxfp4.h"
+  echo '}  // namespace osprey::cuda'
+  sed -n '/^namespace osprey::cuda {/,/^}  \/\/ namespace osprey::cuda/p' "$k/moe_mid.h"
+  sed -n '/^namespace osprey::cuda {/,/^}  \/\/ namespace osprey::cuda/p' "$k/moe_fp4.cuh"
+  sed -n '/^namespace osprey::cuda {/,$p' "$k/moe_mid.cu" |
+    sed 's/extern __shared__ __align__([0-9]*) uint8_t smem\[\];/uint8_t* smem = g_dyn_smem;/'
+} > "$out/moe_mid_emulated.h"
+grep -q "uint8_t\* smem = g_dyn_smem;" "$out/moe_mid_emulated.h"
+g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \
+  -I"$out" -I"$root/tests/kernels/emu" -I"$root/src" \
+  "$root/tests/kernels/emu/emulate_moe_mid.cpp" \
+  "$build/src/kernels/cpu/libosprey_kernels_cpu.a" "$build/src/core/libosprey_core.a" -lpthread \
+  -o "$out/emulate_moe_mid"
+"$out/emulate_moe_mid" "$seed" ${3:-}
