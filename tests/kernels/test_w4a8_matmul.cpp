@@ -135,5 +135,29 @@ TEST(W4a8, exact_when_activations_are_on_the_grid) {
     for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], exact[i], 1e-5 * (1 + std::fabs(exact[i]))) << i;
 }
 
+// The relative L2 distance to the exact projection is what E4M3's step predicts: each quantised
+// activation is off by at most half a step (2^-4 relative), about 2^-4 / sqrt(3) RMS for uniform
+// rounding, and the weights are exact, so a projection of random activations stays below 2^-4 / sqrt(3)
+// (the GPU test bounds the mlp1 -> SwiGLU -> mlp2 chain by twice that, tests/kernels/cases/moe_mlp_cases.h).
+TEST(W4a8, relative_l2_error_within_the_e4m3_step) {
+    std::mt19937 rng(5);
+    const int n_rows = 4, n_in = 2880, n_out = 64;
+    std::vector<uint8_t> blocks(size_t(n_out) * n_in / 2), scales(size_t(n_out) * n_in / 32);
+    for (auto& b : blocks) b = uint8_t(rng());
+    for (auto& v : scales) v = uint8_t(116 + rng() % 7);
+    std::uniform_real_distribution<float> ux(-2.0f, 2.0f);
+    std::vector<float> x(size_t(n_rows) * n_in), bias(n_out, 0.0f);
+    for (auto& v : x) v = ux(rng);
+    std::vector<float> exact(size_t(n_rows) * n_out), got(exact.size());
+    cpu::mxfp4_matmul(exact, x, blocks, scales, bias, n_rows, n_in, n_out);
+    cpu::w4a8::mxfp4_matmul(got, x, blocks, scales, bias, n_rows, n_in, n_out);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) num += std::pow(got[i] - exact[i], 2), den += std::pow(exact[i], 2);
+    const double rel = std::sqrt(num / den);
+    std::printf("W4A8 vs exact MXFP4, 2880 inputs: relative L2 error %.3g\n", rel);
+    EXPECT_LT(rel, 0.0625 / std::sqrt(3.0));
+    EXPECT_GT(rel, 1e-4);  // the activations really are quantised
+}
+
 }  // namespace
 }  // namespace osprey::cpu

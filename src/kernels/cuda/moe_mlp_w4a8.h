@@ -48,6 +48,11 @@ bool moe_w4a8_supports(int d_model, int d_ff, int variant = -1);
 // option moe_w4a8 / the CLI's --moe-gemm w4a8 do the same per runner).
 bool moe_w4a8_env();
 
+// Whether a batch is prefill-sized for W4A8: where MoeKernel::automatic would take the BF16 wgmma GEMM
+// (the gemm choice, or narrow from kMoeWgmmaMinRowsPerExpert(Many) routed rows per expert); smaller
+// batches keep the W4A16 kernels (decode is bound by the weight stream, which W4A8 does not shrink).
+bool moe_w4a8_wanted(int n_tokens, int top_k, int n_experts);
+
 // Configurations (moe_mlp_w4a8.cu: tile shape, stages), 0 .. moe_w4a8_variants() - 1; 0 is the default,
 // $OSPREY_MOE_W4A8_VARIANT picks another (read once).
 int moe_w4a8_variants();

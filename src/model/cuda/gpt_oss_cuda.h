@@ -43,6 +43,9 @@ struct CudaRunnerOptions {
     // Replay steps of decodes and speculative verifies (every token of every slice gets a logit row)
     // from CUDA graphs, one per shape (CudaRunner::GraphKey).
     bool graphs = true;
+    // The MoE of prefill-sized batches on the W4A8 FP8 wgmma GEMMs (kernels/cuda/moe_mlp_w4a8.h) instead
+    // of W4A16; also turned on by $OSPREY_MOE_W4A8=1. The CLI's --moe-gemm w4a8.
+    bool moe_w4a8 = false;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the

@@ -40,9 +40,12 @@ struct MoeStep {
     bf16* u = nullptr;                  // [T * top_k, d_ff]
     float* y = nullptr;                 // [T * top_k, d_model]
     void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's
+    void* w4a8_workspace = nullptr;     // moe_w4a8_workspace_bytes() when carved with w4a8
 
-    static size_t workspace_bytes(const Config& c, int max_tokens);
-    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
+    // w4a8: also the quantised activations of the W4A8 path (kernels/cuda/moe_mlp_w4a8.h), which then
+    // runs mlp1 + mlp2 of prefill-sized batches (moe_w4a8_wanted) in place of the W4A16 kernels.
+    static size_t workspace_bytes(const Config& c, int max_tokens, bool w4a8 = false);
+    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8 = false);
 
     // The parts of moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :]) (see MoeOutputs; the
     // sum itself is fused into the consumer).
@@ -53,6 +56,7 @@ struct MoeStep {
     // after 0cd92cf) 37.2 against 45.1 us at 1 token, 61.3 against 64.2 at 2, level at 4-8; 20b decode
     // batch 1 432 against 404 tokens/s (docs/performance.md).
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
+    bool use_w4a8 = false;        // carve(..., w4a8 = true): FP8 wgmma experts in prefill
     MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                    cudaStream_t stream) const;
     // A rank's share, the dense sum overwritten into `moe` [T, d_model] f32 (the runner all-reduces

@@ -17,6 +17,9 @@ inline dim3 blockDim;
 struct float2 {
     float x, y;
 };
+struct uint2 {
+    uint32_t x, y;
+};
 
 namespace osprey::cuda {
 
