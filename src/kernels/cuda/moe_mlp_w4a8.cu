@@ -66,6 +66,8 @@
 
 #include <tuple>
 
+#include "kernels/cuda/moe_gemm_sm90.cuh"
+
 namespace osprey::cuda::w4a8 {
 
 constexpr int kConsumerWGs = 2;
@@ -121,52 +123,6 @@ constexpr size_t smem_bytes(int n_groups) {
 }
 
 #ifndef OSPREY_CUDA_EMULATION
-__device__ __forceinline__ uint8_t* dynamic_smem() {
-    extern __shared__ __align__(16) uint8_t smem_raw[];
-    return smem_raw;
-}
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async4_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(valid ? 4 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(mbar_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-template <int N>
-__device__ __forceinline__ void fence_operands(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // d[64 x N] (+)= a[64 x 32] (registers, E4M3) · b[32 x N] (shared memory, K-major E4M3 via desc); scale_d 0
 // overwrites d. 8-bit wgmma has no transpose immediates: "scale-d, imm-scale-a, imm-scale-b".
 template <int N>
@@ -224,12 +180,6 @@ __device__ __forceinline__ uint32_t e4m3x4(float a, float b, float c, float d) {
 }
 #endif  // OSPREY_CUDA_EMULATION
 
-// K-major operand, 128-byte swizzle, 1024 bytes per 8 rows (as moe_mlp_wgmma.cu's desc_k_sw128).
-__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-           (uint64_t(1) << 62);
-}
-
 // The E4M3 code of a small positive value fp4 · 2^k, k <= -6 (the slow table path): exact at and
 // above 2^-6, else round to nearest even in steps of 2^-9 (as fp8::float_to_e4m3).
 __device__ __forceinline__ uint32_t e4m3_small(float v) {
@@ -259,31 +209,6 @@ __device__ __forceinline__ uint32_t decode4(uint32_t h, uint32_t lo, uint32_t hi
     const uint32_t mag = byte_perm(lo, hi, h & 0x7777u);
     const uint32_t t = byte_perm(h, 0u, 0x1100u);  // bytes [B0, B0, B1, B1] of h
     return mag | ((t << 4) & 0x00800080u) | (t & 0x80008000u);
-}
-
-__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
-}
-
-struct Tile {
-    int expert, row0, n_rows, f0;
-};
-
-template <class Cfg>
-__device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, int t) {
-    int lo = 0, hi = p.n_experts - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (tile_start[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    const int local = t - tile_start[lo];
-    const int n_tile = local / p.m_tiles, m_tile = local % p.m_tiles;
-    const int begin = p.offsets[lo], end = p.offsets[lo + 1];
-    const int row0 = begin + n_tile * Cfg::kBN;
-    return {lo, row0, min(Cfg::kBN, end - row0), m_tile * Cfg::kBM};
 }
 
 template <class Cfg, Proj kProj>
@@ -340,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const Params p) {
         int it = 0;
         int local_tile = 0;
         for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-            const Tile tile = tile_at<Cfg>(p, tile_start, t);
+            const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
             const int slot = local_tile & 1;
             const int rows_w = min(kBM, p.n_out - tile.f0);
             if (pt == 0) {
@@ -428,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const Params p) {
     uint32_t afrag[2][kMBlocks][4];  // [group h % 2][m-block][register]
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-        const Tile tile = tile_at<Cfg>(p, tile_start, t);
+        const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
         const int slot = local_tile & 1;
         const int e = tile.expert;
 
@@ -550,8 +475,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const Params p) {
                     const float b_other = __shfl_xor_sync(0xffffffffu, even ? v[3] : v[2], 4);
                     const int n = 8 * i + 2 * q + (even ? 0 : 1);
                     if (n < tile.n_rows) {
-                        const float out_a = even ? swiglu(v[0], a_other, p.alpha, p.limit) : swiglu(a_other, v[1], p.alpha, p.limit);
-                        const float out_b = even ? swiglu(v[2], b_other, p.alpha, p.limit) : swiglu(b_other, v[3], p.alpha, p.limit);
+                        const float out_a = even ? moe_swiglu(v[0], a_other, p.alpha, p.limit) : moe_swiglu(a_other, v[1], p.alpha, p.limit);
+                        const float out_b = even ? moe_swiglu(v[2], b_other, p.alpha, p.limit) : moe_swiglu(b_other, v[3], p.alpha, p.limit);
                         __nv_bfloat16* urow = u + size_t(tile.row0 + n) * d_ff;
                         urow[fa >> 1] = __float2bfloat16_rn(out_a);
                         urow[fb >> 1] = __float2bfloat16_rn(out_b);
@@ -611,15 +536,7 @@ namespace osprey::cuda {
 
 namespace {
 
-constexpr int kMaxSmemBytes = 227 * 1024 - 2048;
-
-int prepare_device(const void* kernel) {
-    int device = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
-    return sms;
-}
+constexpr int kMaxSmemBytes = kMoeGemmMaxSmemBytes;
 
 template <int... kV>
 constexpr bool all_fit(std::integer_sequence<int, kV...>) {
@@ -640,7 +557,7 @@ void launch_gemm(const w4a8::Params& p, int n_rows, cudaStream_t stream) {
     namespace mw = w4a8;
     auto kernel = mw::moe_w4a8_kernel<Cfg, kProj>;
     const size_t smem = mw::smem_bytes<Cfg>(p.n_groups);
-    thread_local const int n_sms = prepare_device(reinterpret_cast<const void*>(kernel));
+    thread_local const int n_sms = moe_gemm_prepare_device(reinterpret_cast<const void*>(kernel));
     OSPREY_CHECK(smem <= size_t(kMaxSmemBytes), "moe w4a8: n_in = ", p.n_in, " needs ", smem, " bytes of shared memory");
     const int64_t max_tiles = (int64_t(n_rows) / Cfg::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
     const int grid = int(std::min<int64_t>(n_sms, max_tiles));

@@ -81,6 +81,8 @@
 
 #include <tuple>
 
+#include "kernels/cuda/moe_gemm_sm90.cuh"
+
 namespace osprey::cuda::moe_wgmma {
 
 constexpr int kConsumerWGs = 2;                          // consumer warpgroups
@@ -145,56 +147,8 @@ constexpr size_t smem_bytes(int n_groups) {
     return 1024 + size_t(Cfg::kStages) * Cfg::kStageBytes + 2 * size_t(Cfg::kBM) * n_groups;
 }
 
-#ifndef OSPREY_CUDA_EMULATION  // (mbar_t, smem_u32 and the mbarrier operations: mbarrier.cuh)
+#ifndef OSPREY_CUDA_EMULATION  // (the pipeline wrappers: moe_gemm_sm90.cuh, mbarrier.cuh)
 
-__device__ __forceinline__ uint8_t* dynamic_smem() {
-    extern __shared__ __align__(16) uint8_t smem_raw[];
-    return smem_raw;
-}
-// bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-// 16 bytes global -> shared; valid == false zero-fills the destination and reads nothing.
-__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-// One arrival on bar once all of this thread's earlier cp.async have landed (.noinc: the arrival is
-// one of the barrier's expected count).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(mbar_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// Orders this thread's view of the generic-proxy writes (cp.async) before its async-proxy reads (wgmma).
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of the accumulators across the wgmma fences and waits.
-template <int N>
-__device__ __forceinline__ void fence_operands(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // d[64xN] += a[64x16] (registers, BF16) · b[16xN] (shared memory, K-major BF16 via desc), N = Cfg::kBN.
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
@@ -282,13 +236,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 }
 #endif  // OSPREY_CUDA_EMULATION
 
-// Descriptor of a K-major BF16 operand with the 128-byte swizzle starting at shared address `addr`
-// (rows of 128 bytes, 8-row groups 1024 bytes apart); see the top of the file for the fields.
-__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-           (uint64_t(1) << 62);
-}
-
 // Two FP4 nibbles of word w as one BF16x2 of FP4 · 2^-126 (low half from the lower k; see the top):
 // with the nibbles isolated at bits [3:0] and [19:16], the product by 4160 = 2^12 + 2^6 holds each twice
 // without carries; the mask keeps the sign from the high copy (bit 15) and e1 e0 m from the low copy
@@ -303,33 +250,6 @@ __device__ __forceinline__ uint32_t fp4_pair(uint32_t w, uint32_t shift) {
         iso = (w >> shift) & 0x000F000Fu;  // nibbles q and q + 4
     }
     return (iso * 4160u) & 0x81C081C0u;
-}
-
-__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
-}
-
-// One tile of the schedule.
-struct Tile {
-    int expert, row0, n_rows, f0;  // routed rows [row0, row0 + n_rows) of sorted order; weight rows f0..
-};
-
-// Tile t (< tile_start[n_experts]) from the per-expert prefix sum of tile counts.
-template <class Cfg>
-__device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, int t) {
-    int lo = 0, hi = p.n_experts - 1;  // the last expert e with tile_start[e] <= t has tiles
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (tile_start[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    const int local = t - tile_start[lo];
-    const int n_tile = local / p.m_tiles, m_tile = local % p.m_tiles;
-    const int begin = p.offsets[lo], end = p.offsets[lo + 1];
-    const int row0 = begin + n_tile * Cfg::kBN;
-    return {lo, row0, min(Cfg::kBN, end - row0), m_tile * Cfg::kBM};
 }
 
 template <class Cfg, Proj kProj>
@@ -387,7 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
         int it = 0;  // stage uses so far (the ring position)
         int local_tile = 0;
         for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-            const Tile tile = tile_at<Cfg>(p, tile_start, t);
+            const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
             const int slot = local_tile & 1;
             const int rows_w = min(kBM, p.n_out - tile.f0);
             if (pt == 0) {
@@ -455,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
     uint32_t afrag[2][kMBlocks][2][4];  // [group h of the stage][m-block][k16 step][register]
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-        const Tile tile = tile_at<Cfg>(p, tile_start, t);
+        const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
         const int slot = local_tile & 1;
         const int e = tile.expert;
 
@@ -570,8 +490,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
                     const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
                     const int n = 8 * i + 2 * q + (even ? 0 : 1);
                     if (n < tile.n_rows) {
-                        const float out_a = even ? swiglu(va0, a_other, p.alpha, p.limit) : swiglu(a_other, va1, p.alpha, p.limit);
-                        const float out_b = even ? swiglu(vb0, b_other, p.alpha, p.limit) : swiglu(b_other, vb1, p.alpha, p.limit);
+                        const float out_a = even ? moe_swiglu(va0, a_other, p.alpha, p.limit) : moe_swiglu(a_other, va1, p.alpha, p.limit);
+                        const float out_b = even ? moe_swiglu(vb0, b_other, p.alpha, p.limit) : moe_swiglu(b_other, vb1, p.alpha, p.limit);
                         __nv_bfloat16* urow = u + size_t(tile.row0 + n) * d_ff;
                         urow[moe_u_column(fa >> 1)] = __float2bfloat16_rn(out_a);
                         urow[moe_u_column(fb >> 1)] = __float2bfloat16_rn(out_b);
@@ -603,18 +523,7 @@ namespace osprey::cuda {
 
 namespace {
 
-// The largest n_in whose two per-tile scale buffers fit beside the pipeline (227 KB per block on the
-// H200, less the static barriers and tile table).
-constexpr int kMaxSmemBytes = 227 * 1024 - 2048;
-
-// Opts `kernel` in to kMaxSmemBytes of dynamic shared memory; returns the SM count (the persistent grid).
-int prepare_device(const void* kernel) {
-    int device = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
-    return sms;
-}
+constexpr int kMaxSmemBytes = kMoeGemmMaxSmemBytes;
 
 // Every variant takes the gpt-oss widths (n_in = 2880: 90 scale bytes per row).
 template <int... kV>
@@ -639,7 +548,7 @@ void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
     const size_t smem = mw::smem_bytes<Cfg>(p.n_groups);
     // Once per thread and kernel (the attribute is per device; each rank of a parallel layout drives its
     // GPU from its own thread).
-    thread_local const int n_sms = prepare_device(reinterpret_cast<const void*>(kernel));
+    thread_local const int n_sms = moe_gemm_prepare_device(reinterpret_cast<const void*>(kernel));
     OSPREY_CHECK(smem <= size_t(kMaxSmemBytes), "moe wgmma: n_in = ", p.n_in, " needs ", smem, " bytes of shared memory");
     // Upper bound of the tile count: Σ_e ceil(rows_e / kBN) <= rows / kBN + active experts, times m-tiles.
     const int64_t max_tiles = (int64_t(n_rows) / Cfg::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
