@@ -627,8 +627,21 @@ void moe_w4a8_quantize(uint8_t* q, float* scales, const bf16* x, int n_rows, int
     CUDA_CHECK(cudaGetLastError());
 }
 
+// The configuration of a call: the argument's, else $OSPREY_MOE_W4A8_VARIANT's, else by routed rows per
+// expert (not yet measured: 64-row tiles (v2) below 96 rows per expert, where 128-row tiles would be
+// mostly empty - 120b at 1024 tokens has 32 - else v0).
+static int variant_for(const MoeW4a8Args& a) {
+    if (a.variant >= 0) return a.variant;
+    static const bool from_env = [] {
+        const char* v = std::getenv("OSPREY_MOE_W4A8_VARIANT");
+        return v != nullptr && *v != '\0';
+    }();
+    if (from_env) return moe_w4a8_default_variant();
+    return int64_t(a.n_tokens) * a.top_k < int64_t(96) * a.n_experts ? 2 : 0;
+}
+
 void moe_w4a8(const MoeW4a8Args& a, cudaStream_t stream) {
-    const int variant = a.variant < 0 ? moe_w4a8_default_variant() : a.variant;
+    const int variant = variant_for(a);
     OSPREY_CHECK(moe_w4a8_supports(a.d_model, a.d_ff, variant), "moe w4a8: unsupported widths d_model = ", a.d_model,
                  ", d_ff = ", a.d_ff, " (multiples of 64) for variant ", variant);
     OSPREY_CHECK(a.n_experts > 0 && a.n_experts <= w4a8::kMaxExperts, "moe w4a8: n_experts = ", a.n_experts);

@@ -35,7 +35,7 @@ struct MoeW4a8Args {
     int d_ff = 0;                            // multiple of 64 (mlp1's n_out = 2 d_ff)
     float swiglu_alpha = 1.702f;
     float swiglu_limit = 7.0f;
-    int variant = -1;                        // kernel configuration; -1: moe_w4a8_default_variant()
+    int variant = -1;                        // kernel configuration; -1: $OSPREY_MOE_W4A8_VARIANT, else by shape
 };
 
 // The quantised activations: x codes + scales, u codes + scales.
@@ -53,8 +53,9 @@ bool moe_w4a8_env();
 // batches keep the W4A16 kernels (decode is bound by the weight stream, which W4A8 does not shrink).
 bool moe_w4a8_wanted(int n_tokens, int top_k, int n_experts);
 
-// Configurations (moe_mlp_w4a8.cu: tile shape, stages), 0 .. moe_w4a8_variants() - 1; 0 is the default,
-// $OSPREY_MOE_W4A8_VARIANT picks another (read once).
+// Configurations (moe_mlp_w4a8.cu: tile shape, stages), 0 .. moe_w4a8_variants() - 1. Unset, a call
+// takes v2 (64-row tiles) below 96 routed rows per expert and v0 above; $OSPREY_MOE_W4A8_VARIANT
+// (read once) forces one; moe_w4a8_default_variant() is that value, 0 when unset.
 int moe_w4a8_variants();
 int moe_w4a8_default_variant();
 
