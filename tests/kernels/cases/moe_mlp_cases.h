@@ -193,8 +193,10 @@ inline double rel_l2(const std::vector<float>& got, const std::vector<float>& wa
 //     bit; the test of moe_w4a8_quantize checks that): the FP8 tensor core truncates each k32 step's sum
 //     to about 13 fraction bits of its largest term, so 2e-3 of the largest |u| plus u's BF16 rounding;
 //   - y against the W4A8 reference fed the GPU's own u (quantised on the CPU): 2e-3 of the largest |y|;
-//   - the MoE output against the exact (MXFP4 x FP32) chain: relative L2 below 2 · 2^-4 / sqrt(3), the
-//     RMS of two E4M3 roundings (x and u; the weights are exact), and u alone below 2^-4 / sqrt(3).
+//   - u and the MoE output against the exact (MXFP4 x FP32) chain: relative L2 below 2 · 2^-4 / sqrt(3),
+//     twice the RMS of one E4M3 rounding (the weights are exact): u carries x's rounding through both
+//     factors of the SwiGLU, the output adds u's own. The CPU references give 3.5e-2 (u) and 4.2e-2
+//     (y) at 20b's widths, 2.5e-2 and 1.8e-2 at the tiny model's.
 inline Result check_w4a8(const Case& c, Result r) {
     const Shape& s = c.shape;
     Experts& ex = experts_for(s, 0, mix64(r.seed));
@@ -306,7 +308,7 @@ inline Result check_w4a8(const Case& c, Result r) {
     expect_near_all(r, got_y, want_y, 2e-3, 1e-3, "w4a8 mlp2 y vs the W4A8 reference");
     const double step = 0.0625 / std::sqrt(3.0);  // RMS of one E4M3 rounding, relative
     const double eu = rel_l2(got_u, exact_u);
-    if (!(eu < step)) r.fail("w4a8 u vs the exact chain: relative L2 ", eu, " >= ", step);
+    if (!(eu < 2 * step)) r.fail("w4a8 u vs the exact chain: relative L2 ", eu, " >= ", 2 * step);
     std::vector<float> got_out, exact_out;
     for (int t : tokens)
         for (int col = 0; col < s.d_model; ++col) {
