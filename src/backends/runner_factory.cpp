@@ -81,6 +81,8 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
                      "--kv-cache-dtype bf16: the CPU backend keeps f32 or fp8 (use auto, f32 or fp8)");
         cpu_kv = *o.kv_dtype;
     }
+    OSPREY_CHECK(!o.moe_w4a8 || o.layout.single() || r.backend == "cuda",
+                 "--moe-gemm w4a8: the CPU backend runs it without a parallel layout only");
     if (!o.layout.single() && r.backend == "cpu") {
         r.runner = std::make_unique<model::ParallelRunner>(
             weights, model::ParallelRunnerOptions{.layout = o.layout, .n_threads = o.cpu_threads, .kv_dtype = cpu_kv});
@@ -95,6 +97,7 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
         if (o.max_slices > 0) co.max_slices = o.max_slices;
         co.progress = o.progress;
         if (o.kv_dtype) co.kv_dtype = *o.kv_dtype;  // bf16 (auto) or fp8 (kernels/cuda/kv_fp8.h)
+        co.moe_w4a8 = o.moe_w4a8;
         if (!o.layout.single()) {
             // One CudaRunner shard per GPU over NCCL (model/cuda/parallel_cuda.h); no CPU fallback.
             const char* env = std::getenv("OSPREY_CUDA_SAME_DEVICE");
@@ -115,7 +118,7 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
     }
 #endif
     r.runner = std::make_unique<model::CpuReference>(
-        std::move(weights), model::CpuReferenceOptions{.n_threads = o.cpu_threads, .kv_dtype = cpu_kv});
+        std::move(weights), model::CpuReferenceOptions{.n_threads = o.cpu_threads, .kv_dtype = cpu_kv, .moe_w4a8 = o.moe_w4a8});
     return r;
 }
 

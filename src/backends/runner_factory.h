@@ -49,6 +49,11 @@ struct RunnerOptions {
     model::Fp8Parts fp8_parts = {};
     // --kv-cache-dtype: unset is the backend's own (CPU f32, CUDA bf16); fp8 on both.
     std::optional<model::KvDtype> kv_dtype = std::nullopt;
+    // --moe-gemm w4a8: the MoE's expert GEMMs in W4A8 (E4M3 activations per 128-k block, FP8 tensor
+    // cores; kernels/cuda/moe_mlp_w4a8.h) for prefill-sized batches on the CUDA backend, and for every
+    // batch in the CPU reference (its W4A8 arithmetic, kernels/cpu/w4a8_matmul.h). w4a16 (false): as
+    // published. The CUDA backend also takes $OSPREY_MOE_W4A8=1.
+    bool moe_w4a8 = false;
 };
 
 struct Runner {

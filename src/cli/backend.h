@@ -53,8 +53,14 @@ inline model::ParallelLayout layout_flags(const Args& args) {
 
 // The value flags format_flags() reads, for a command's flag list.
 inline const std::vector<std::string>& format_flag_names() {
-    static const std::vector<std::string> names = {"weights", "convert", "kv-cache-dtype"};
+    static const std::vector<std::string> names = {"weights", "convert", "kv-cache-dtype", "moe-gemm"};
     return names;
+}
+
+// --moe-gemm w4a16|w4a8: whether the MoE's expert GEMMs run W4A8 (RunnerOptions::moe_w4a8).
+inline bool parse_moe_gemm(const std::string& v, const char* flag) {
+    OSPREY_CHECK(v == "w4a16" || v == "w4a8", flag, " '", v, "': expected w4a16 (BF16 activations) or w4a8 (E4M3)");
+    return v == "w4a8";
 }
 
 // --weights fp8|mxfp4|bf16 (load-time conversion; default: the folder's own formats), --convert LIST
@@ -67,6 +73,7 @@ inline void format_flags(const Args& args, backends::RunnerOptions& o) {
         o.fp8_parts = model::parse_fp8_parts(args.get("convert"));
     }
     if (args.has("kv-cache-dtype")) o.kv_dtype = model::parse_kv_dtype(args.get("kv-cache-dtype"));
+    if (args.has("moe-gemm")) o.moe_w4a8 = parse_moe_gemm(args.get("moe-gemm"), "--moe-gemm");
 }
 
 // "weights fp8 (attention,experts,unembedding), KV fp8" for logs; empty when nothing was asked.
@@ -77,6 +84,7 @@ inline std::string format_summary(const backends::RunnerOptions& o) {
         if (*o.weights_format == model::WeightFormat::fp8) s += str(" (", model::fp8_parts_name(o.fp8_parts), ")");
     }
     if (o.kv_dtype) s += str(s.empty() ? "" : ", ", "KV ", model::kv_dtype_name(*o.kv_dtype));
+    if (o.moe_w4a8) s += str(s.empty() ? "" : ", ", "MoE W4A8");
     return s;
 }
 

@@ -17,12 +17,13 @@ constexpr const char* kHelp =
     "usage: osprey accuracy [--model DIR] [--backend auto|cpu|cuda] [--threads N]\n"
     "                       [--base-weights mxfp4|bf16|fp8] [--base-kv-cache-dtype auto|f32|fp8]\n"
     "                       [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|f32|fp8]\n"
+    "                       [--moe-gemm w4a16|w4a8] [--base-moe-gemm w4a16|w4a8]\n"
     "                       [--positions 256] [--chunk 64] [--prompt-tokens 16] [--greedy 64] [--seed S]\n"
     "                       [--out REPORT.json] [--max-kl X] [--min-top1 F] [--min-greedy-prefix N]\n"
     "                       [--max-layer-error X]\n"
     "\n"
     "Loads the model twice: the baseline (--base-weights, default the folder's own formats, exact KV\n"
-    "cache) and the candidate (--weights / --kv-cache-dtype), feeds both the same seeded random tokens\n"
+    "cache) and the candidate (--weights / --kv-cache-dtype / --moe-gemm), feeds both the same seeded random tokens\n"
     "and prints the per-layer relative L2 error of every step, the (position, layer) pairs whose expert\n"
     "set changed, the KL divergence and top-1 agreement of the next-token distributions at every\n"
     "position, and the greedy agreement over --greedy tokens from the first --prompt-tokens tokens.\n"
@@ -36,6 +37,7 @@ int run_accuracy(const std::vector<std::string>& argv) {
                                       "threads",
                                       "base-weights",
                                       "base-kv-cache-dtype",
+                                      "base-moe-gemm",
                                       "positions",
                                       "chunk",
                                       "prompt-tokens",
@@ -79,8 +81,10 @@ int run_accuracy(const std::vector<std::string>& argv) {
         base.weights_format = model::parse_weight_format(args.get("base-weights"), "--base-weights");
     if (args.has("base-kv-cache-dtype"))
         base.kv_dtype = model::parse_kv_dtype(args.get("base-kv-cache-dtype"), "--base-kv-cache-dtype");
+    if (args.has("base-moe-gemm")) base.moe_w4a8 = cli::parse_moe_gemm(args.get("base-moe-gemm"), "--base-moe-gemm");
     cli::format_flags(args, cand);
-    OSPREY_CHECK(cand.weights_format || cand.kv_dtype, "give the candidate format: --weights and/or --kv-cache-dtype");
+    OSPREY_CHECK(cand.weights_format || cand.kv_dtype || args.has("moe-gemm"),
+                 "give the candidate format: --weights, --kv-cache-dtype and/or --moe-gemm");
     backends::Runner rb = backends::make_runner(model::Weights::load(dir), base);
     backends::Runner rc = backends::make_runner(model::Weights::load(dir), cand);
     std::printf("baseline: %s%s\ncandidate: %s\n", rb.runner->name().c_str(),

@@ -13,6 +13,7 @@
 #include "kernels/cpu/fp8_matmul.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mxfp4_matmul.h"
+#include "kernels/cpu/w4a8_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/routing.h"
@@ -112,6 +113,7 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
     OSPREY_CHECK(options.kv_dtype == KvDtype::f32 || options.kv_dtype == KvDtype::fp8_e4m3,
                  "cpu-reference: the KV cache is f32 or fp8, not ", kv_dtype_name(options.kv_dtype));
     kv_dtype_ = options.kv_dtype;
+    moe_w4a8_ = options.moe_w4a8;
     piece_ = ModelShard::whole(config_);
     if (options.shard) {
         piece_ = options.shard->piece;
@@ -263,6 +265,8 @@ void CpuReference::linear(std::span<float> y, std::span<const float> x, const Li
                           int n_rows, int n_in, int n_out) {
     if (!w.fp8.empty())
         cpu::fp8_matmul(y, x, w.fp8, bias, n_rows, n_in, n_out, *pool_);
+    else if (!w.blocks.empty() && moe_w4a8_)
+        cpu::w4a8::mxfp4_matmul(y, x, w.blocks, w.scales, bias, n_rows, n_in, n_out, *pool_);
     else if (!w.blocks.empty())
         cpu::mxfp4_matmul(y, x, w.blocks, w.scales, bias, n_rows, n_in, n_out, *pool_);
     else

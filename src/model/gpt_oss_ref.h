@@ -37,6 +37,11 @@ struct CpuReferenceOptions {
     // f32 (exact), or fp8_e4m3 (--kv-cache-dtype fp8: E4M3 codes with one multiplier per row and KV
     // head, model/kv_spec.h); the sinks stay FP32 either way.
     KvDtype kv_dtype = KvDtype::f32;
+    // MXFP4 expert projections in the W4A8 arithmetic of the GPU's FP8 GEMM (kernels/cpu/w4a8_matmul.h:
+    // activations quantised to E4M3 per row and 128-k block, weights exact), for measuring its error
+    // layer by layer on the CPU (osprey accuracy --moe-gemm w4a8). Every batch size, unlike the GPU's
+    // prefill-only switch.
+    bool moe_w4a8 = false;
 
     // One rank of a parallel layout (model/parallel_runner.h drives them): the heads, experts, expert
     // columns and vocabulary rows this rank computes, and the groups its partial results are summed
@@ -155,6 +160,7 @@ private:
     ThreadPool* pool_ = nullptr;
     size_t kv_budget_ = 0;
     KvDtype kv_dtype_ = KvDtype::f32;
+    bool moe_w4a8_ = false;
     RopeTable rope_;
     std::vector<LayerVectors> vectors_;        // [n_layers]
     std::vector<LayerSlices> slices_;          // [n_layers]

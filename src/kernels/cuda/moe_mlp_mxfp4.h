@@ -33,6 +33,9 @@
 // gemm 1278 -> wgmma 781 us; 120b 1024 tokens (32 rows/expert) narrow 1654 against wgmma 1806, so
 // narrow stays there.
 //
+// W4A8 (moe_mlp_w4a8.h, opt-in: $OSPREY_MOE_W4A8=1) runs mlp1 + mlp2 of prefill-sized batches on FP8
+// wgmma instead, with E4M3 activations (docs/fp8.md).
+//
 // Numerics: weights are decoded exactly (FP4 · 2^(scale-127) is a BF16 value) for scale bytes in
 // [34, 160], i.e. block maxima from 2^-93 to 6·2^33 (trained checkpoints use ~110..127); outside it
 // weights flush to zero or overflow. Activations are BF16, accumulation FP32, u is rounded to BF16.

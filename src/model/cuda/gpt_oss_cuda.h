@@ -47,6 +47,9 @@ struct CudaRunnerOptions {
     // The KV cache's element type: bf16 (the default), or fp8_e4m3 (--kv-cache-dtype fp8: E4M3 codes and
     // one F32 multiplier per position and KV head, as the CPU reference; kernels/cuda/kv_fp8.h).
     KvDtype kv_dtype = KvDtype::bf16;
+    // The MoE of prefill-sized batches on the W4A8 FP8 wgmma GEMMs (kernels/cuda/moe_mlp_w4a8.h) instead
+    // of W4A16; also turned on by $OSPREY_MOE_W4A8=1. The CLI's --moe-gemm w4a8.
+    bool moe_w4a8 = false;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the

@@ -6,6 +6,7 @@
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mid.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/moe_mlp_w4a8.h"
 #include "kernels/cuda/moe_route.h"
 
 #include <algorithm>
@@ -47,7 +48,7 @@ int mid_capacity(int max_tokens) {
 
 }  // namespace
 
-size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
+size_t MoeStep::workspace_bytes(const Config& c, int max_tokens, bool w4a8) {
     using W = cuda::Workspace;
     const size_t rows = size_t(max_tokens) * c.top_k;
     return W::bytes_for<int32_t>(rows) + W::bytes_for<float>(rows) + W::bytes_for<int32_t>(c.n_experts + 1) +
@@ -55,10 +56,11 @@ size_t MoeStep::workspace_bytes(const Config& c, int max_tokens) {
            W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
            W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model) +
            W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff)) +
-           W::bytes_for<uint8_t>(cuda::moe_mid_workspace_bytes(mid_capacity(max_tokens), c.d_model, c.d_ff));
+           W::bytes_for<uint8_t>(cuda::moe_mid_workspace_bytes(mid_capacity(max_tokens), c.d_model, c.d_ff)) +
+           (w4a8 ? W::bytes_for<uint8_t>(cuda::moe_w4a8_workspace_bytes(max_tokens, c.top_k, c.d_model, c.d_ff)) : 0);
 }
 
-MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
+MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8) {
     const size_t rows = size_t(max_tokens) * c.top_k;
     MoeStep m;
     m.expert_ids = ws.take<int32_t>(rows, "moe expert ids");
@@ -79,6 +81,11 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws) {
     const MidRange r = mid_range();
     m.mid_min_tokens = r.on ? std::max(1, r.min) : 1;
     if (!r.on) m.mid_max_tokens = 0;
+    if (w4a8) {
+        m.w4a8_workspace =
+            ws.take<uint8_t>(cuda::moe_w4a8_workspace_bytes(max_tokens, c.top_k, c.d_model, c.d_ff), "moe w4a8");
+        m.use_w4a8 = true;
+    }
     return m;
 }
 
@@ -143,6 +150,19 @@ MoeOutputs MoeStep::launch_experts(const Config& c, const MoeExperts& e, const D
                                .expert_ids = expert_ids, .n_tokens = n_tokens, .n_experts = e.count,
                                .first_expert = e.first, .top_k = c.top_k},
                               stream);
+    // W4A8 (prefill-sized batches): quantise h, mlp1, quantise u, mlp2 on FP8 wgmma. Other ranks' rows
+    // are not written by mlp2: zeroed first, as below.
+    if (use_w4a8 && cuda::moe_w4a8_wanted(n_tokens, c.top_k, e.count) && cuda::moe_w4a8_supports(c.d_model, e.d_ff)) {
+        if (!e.is_whole(c))
+            CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(n_tokens) * c.top_k * c.d_model * sizeof(float), stream));
+        cuda::moe_w4a8({.y = y, .u = u, .x = h, .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
+                        .mlp2 = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
+                        .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .workspace = w4a8_workspace,
+                        .n_tokens = n_tokens, .n_experts = e.count, .top_k = c.top_k, .d_model = c.d_model,
+                        .d_ff = e.d_ff, .swiglu_alpha = c.swiglu_alpha, .swiglu_limit = c.swiglu_limit},
+                       stream);
+        return {y, expert_weights};
+    }
     // u = clamped swiglu(h · W1_eᵀ + b1_e)                              [T * top_k, e.d_ff] bf16
     cuda::moe_mlp1({.u = u, .x = h, .w = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
                     .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .n_tokens = n_tokens,

@@ -42,9 +42,12 @@ struct MoeStep {
     void* decode_workspace = nullptr;   // moe_decode_workspace_bytes(): the decode path's
     void* mid_workspace = nullptr;      // moe_mid_workspace_bytes(mid_max_tokens): the mid-batch path's
     int mid_min_tokens = 1, mid_max_tokens = 0;  // run() takes the mid path for batches in this range
+    void* w4a8_workspace = nullptr;     // moe_w4a8_workspace_bytes() when carved with w4a8
 
-    static size_t workspace_bytes(const Config& c, int max_tokens);
-    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws);
+    // w4a8: also the quantised activations of the W4A8 path (kernels/cuda/moe_mlp_w4a8.h), which then
+    // runs mlp1 + mlp2 of prefill-sized batches (moe_w4a8_wanted) in place of the W4A16 kernels.
+    static size_t workspace_bytes(const Config& c, int max_tokens, bool w4a8 = false);
+    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8 = false);
 
     // The parts of moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :]) (see MoeOutputs; the
     // sum itself is fused into the consumer).
@@ -59,6 +62,7 @@ struct MoeStep {
     // $OSPREY_MOE_MID=0 turns it off, $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
     // by workspace_bytes and carve; the workspace is sized for min(max_tokens, the range's top)).
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
+    bool use_w4a8 = false;        // carve(..., w4a8 = true): FP8 wgmma experts in prefill
     MoeOutputs run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                    cudaStream_t stream) const;
     // A rank's share, the dense sum overwritten into `moe` [T, d_model] f32 (the runner all-reduces

@@ -30,9 +30,11 @@
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cpu/w4a8_matmul.h"
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/moe_mlp_w4a8.h"
 #include "kernels/cuda/moe_mlp_wgmma.h"
 #include "kernels/cuda/moe_route.h"
 
@@ -115,6 +117,15 @@ struct Mxfp4Projection {
                           std::span(scales).subspan(row0 * (n_in / 32), size_t(n_out) * (n_in / 32)),
                           std::span(bias).subspan(row0, n_out), n_rows, n_in, n_out);
     }
+    // The W4A8 reference on quantised rows (xq natural order, xs [n_rows, ceil(n_in / 128)]).
+    void ref_w4a8(int e, const std::vector<uint8_t>& xq, const std::vector<float>& xs, int n_rows,
+                  std::vector<float>& y) const {
+        const size_t row0 = size_t(e) * n_out;
+        y.assign(size_t(n_rows) * n_out, 0.0f);
+        cpu::w4a8::matmul(y, xq, xs, std::span(blocks).subspan(row0 * (n_in / 2), size_t(n_out) * (n_in / 2)),
+                          std::span(scales).subspan(row0 * (n_in / 32), size_t(n_out) * (n_in / 32)),
+                          std::span(bias).subspan(row0, n_out), n_rows, n_in, n_out);
+    }
 };
 
 struct Experts {
@@ -142,7 +153,8 @@ struct Case {
     int n_tokens = 1;
     MoeKernel kernel = MoeKernel::automatic;
     int experts_used = 0;  // > 0: the batch concentrated on experts [0, experts_used) (many rows each)
-    int wgmma_variant = -1;  // wgmma cases: the kernel configuration (moe_mlp_wgmma.h), each tested; -1: the env's
+    int wgmma_variant = -1;  // wgmma / w4a8 cases: the kernel configuration (moe_mlp_wgmma.h, moe_mlp_w4a8.h); -1: the env's
+    bool w4a8 = false;       // moe_w4a8 (FP8 wgmma) in place of mlp1 + mlp2 (kernel is then unused)
 };
 
 // |got - want| <= tol_max * max|want| + tol_rel * |want| over the listed values; NaN fails.
@@ -166,7 +178,153 @@ inline void expect_near_all(Result& r, const std::vector<float>& got, const std:
                " want ", want[worst_i], " (max |want| ", max_want, ")");
 }
 
+// ||got - want|| / ||want|| over the listed values.
+inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        den += double(want[i]) * want[i];
+    }
+    return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// A W4A8 case: route -> group -> moe_w4a8 (quantise x, mlp1, quantise u, mlp2) -> combine, checked
+//   - u against the W4A8 reference fed the same quantised x (the CPU quantisation is the GPU's, bit for
+//     bit; the test of moe_w4a8_quantize checks that): the FP8 tensor core truncates each k32 step's sum
+//     to about 13 fraction bits of its largest term, so 2e-3 of the largest |u| plus u's BF16 rounding;
+//   - y against the W4A8 reference fed the GPU's own u (quantised on the CPU): 2e-3 of the largest |y|;
+//   - u and the MoE output against the exact (MXFP4 x FP32) chain: relative L2 below 2 · 2^-4 / sqrt(3),
+//     twice the RMS of one E4M3 rounding (the weights are exact): u carries x's rounding through both
+//     factors of the SwiGLU, the output adds u's own. The CPU references give 3.5e-2 (u) and 4.2e-2
+//     (y) at 20b's widths, 2.5e-2 and 1.8e-2 at the tiny model's.
+inline Result check_w4a8(const Case& c, Result r) {
+    const Shape& s = c.shape;
+    Experts& ex = experts_for(s, 0, mix64(r.seed));
+    ex.mlp1.download_host();
+    ex.mlp2.download_host();
+    const int n_tokens = c.n_tokens, n_rows = n_tokens * kTopK;
+    std::mt19937 rng(r.seed);
+    auto d_x = device_uniform<bf16>(size_t(n_tokens) * s.d_model, stream_seed(r.seed, 1), -2.f, 2.f);
+    auto d_logits = device_uniform<float>(size_t(n_tokens) * s.n_experts, stream_seed(r.seed, 2), -4.f, 4.f);
+    std::vector<float> logits = d_logits.download(size_t(n_tokens) * s.n_experts);
+    if (c.experts_used > 0) {
+        for (int t = 0; t < n_tokens; ++t)
+            for (int e = c.experts_used; e < s.n_experts; ++e) logits[size_t(t) * s.n_experts + e] -= 100.0f;
+        d_logits.upload(logits);
+    }
+    auto d_out = device_uniform<float>(size_t(n_tokens) * s.d_model, stream_seed(r.seed, 3), -1.f, 1.f);
+    const std::vector<bf16> x = d_x.download(size_t(n_tokens) * s.d_model);
+    const std::vector<float> residual = d_out.download(size_t(n_tokens) * s.d_model);
+    auto d_ids = poisoned<int32_t>(n_rows);
+    auto d_w = poisoned<float>(n_rows);
+    auto d_offsets = poisoned<int32_t>(s.n_experts + 1);
+    auto d_sorted = poisoned<int32_t>(n_rows);
+    cuda::DeviceBuffer<int32_t> d_scratch(
+        std::max<size_t>(1, cuda::moe_group_scratch_elems(n_tokens, kTopK, s.n_experts)));
+    auto d_u = poisoned<bf16>(size_t(n_rows) * s.d_ff);
+    auto d_y = poisoned<float>(size_t(n_rows) * s.d_model);
+    auto d_ws = poisoned<uint8_t>(cuda::moe_w4a8_workspace_bytes(n_tokens, kTopK, s.d_model, s.d_ff));
+    cuda::moe_route_topk({.expert_ids = d_ids.get(), .expert_weights = d_w.get(), .logits = d_logits.get(),
+                          .n_tokens = n_tokens, .n_experts = s.n_experts, .top_k = kTopK},
+                         nullptr);
+    cuda::moe_group_by_expert({.expert_offsets = d_offsets.get(), .sorted_rows = d_sorted.get(),
+                               .scratch = d_scratch.get(), .expert_ids = d_ids.get(), .n_tokens = n_tokens,
+                               .n_experts = s.n_experts, .top_k = kTopK},
+                              nullptr);
+    cuda::moe_w4a8({.y = d_y.get(), .u = d_u.get(), .x = d_x.get(), .mlp1 = ex.mlp1.view(), .mlp2 = ex.mlp2.view(),
+                    .expert_offsets = d_offsets.get(), .sorted_rows = d_sorted.get(), .workspace = d_ws.get(),
+                    .n_tokens = n_tokens, .n_experts = s.n_experts, .top_k = kTopK, .d_model = s.d_model,
+                    .d_ff = s.d_ff, .variant = c.wgmma_variant},
+                   nullptr);
+    cuda::moe_combine({.out = d_out.get(), .y = d_y.get(), .expert_weights = d_w.get(), .n_tokens = n_tokens,
+                       .d_model = s.d_model, .top_k = kTopK},
+                      nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    const std::vector<int32_t> ids = d_ids.download(n_rows);
+    const std::vector<float> w = d_w.download(n_rows);
+    const std::vector<int32_t> offsets = d_offsets.download(s.n_experts + 1), sorted = d_sorted.download(n_rows);
+    const std::vector<bf16> u = d_u.download(size_t(n_rows) * s.d_ff);
+    const std::vector<float> y = d_y.download(size_t(n_rows) * s.d_model);
+    const std::vector<float> out = d_out.download(size_t(n_tokens) * s.d_model);
+    std::vector<int32_t> position(n_rows, -1);
+    for (int e = 0; e < s.n_experts; ++e)
+        for (int p = offsets[e]; p < offsets[e + 1]; ++p) {
+            if (p < 0 || p >= n_rows || sorted[p] < 0 || sorted[p] >= n_rows || ids[sorted[p]] != e) {
+                r.fail("grouping: position ", p, " of expert ", e);
+                return r;
+            }
+            position[sorted[p]] = p;
+        }
+    for (size_t i = 0; i < y.size(); ++i)
+        if (!std::isfinite(y[i])) {
+            r.fail("y[", i, "] = ", y[i]);
+            return r;
+        }
+
+    std::set<int> tokens;
+    if (n_tokens <= 48) {
+        for (int t = 0; t < n_tokens; ++t) tokens.insert(t);
+    } else {
+        tokens = {0, n_tokens - 1};
+        while (int(tokens.size()) < 48) tokens.insert(int(rng() % n_tokens));
+    }
+    std::map<int, std::vector<int>> rows_of;
+    for (int t : tokens)
+        for (int k = 0; k < kTopK; ++k) rows_of[ids[t * kTopK + k]].push_back(t * kTopK + k);
+    const int kb1 = cpu::w4a8::n_blocks(s.d_model), kb2 = cpu::w4a8::n_blocks(s.d_ff);
+    std::vector<float> got_u, want_u, exact_u, got_y, want_y;
+    std::map<int, std::vector<float>> y_exact;  // routed row -> the exact chain's y
+    for (const auto& [e, rows] : rows_of) {
+        const int n = int(rows.size());
+        std::vector<float> xe(size_t(n) * s.d_model), a, ue(size_t(n) * s.d_ff), ux(size_t(n) * s.d_ff),
+            ug(size_t(n) * s.d_ff), ye, yx;
+        for (int i = 0; i < n; ++i)
+            for (int col = 0; col < s.d_model; ++col)
+                xe[size_t(i) * s.d_model + col] = bf16_to_float(x[size_t(rows[i] / kTopK) * s.d_model + col]);
+        std::vector<uint8_t> xq(xe.size()), uq(ug.size());
+        std::vector<float> xs(size_t(n) * kb1), us(size_t(n) * kb2);
+        cpu::w4a8::quantize_rows(xq, xs, xe, n, s.d_model);
+        ex.mlp1.ref_w4a8(e, xq, xs, n, a);
+        cpu::swiglu_clamped(ue, a, n, s.d_ff, 1.702f, 7.0f);
+        ex.mlp1.ref(e, xe, n, a);
+        cpu::swiglu_clamped(ux, a, n, s.d_ff, 1.702f, 7.0f);
+        for (int i = 0; i < n; ++i)
+            for (int j = 0; j < s.d_ff; ++j)
+                ug[size_t(i) * s.d_ff + j] = bf16_to_float(u[size_t(position[rows[i]]) * s.d_ff + j]);  // natural columns
+        got_u.insert(got_u.end(), ug.begin(), ug.end());
+        want_u.insert(want_u.end(), ue.begin(), ue.end());
+        exact_u.insert(exact_u.end(), ux.begin(), ux.end());
+        cpu::w4a8::quantize_rows(uq, us, ug, n, s.d_ff);
+        ex.mlp2.ref_w4a8(e, uq, us, n, ye);  // fed the GPU's own u: isolates mlp2
+        ex.mlp2.ref(e, ux, n, yx);           // the exact chain
+        for (int i = 0; i < n; ++i) {
+            got_y.insert(got_y.end(), y.begin() + size_t(rows[i]) * s.d_model, y.begin() + size_t(rows[i] + 1) * s.d_model);
+            want_y.insert(want_y.end(), ye.begin() + size_t(i) * s.d_model, ye.begin() + size_t(i + 1) * s.d_model);
+            y_exact[rows[i]].assign(yx.begin() + size_t(i) * s.d_model, yx.begin() + size_t(i + 1) * s.d_model);
+        }
+    }
+    expect_near_all(r, got_u, want_u, 2e-3, 1.0 / 128, "w4a8 mlp1 u vs the W4A8 reference");
+    expect_near_all(r, got_y, want_y, 2e-3, 1e-3, "w4a8 mlp2 y vs the W4A8 reference");
+    const double step = 0.0625 / std::sqrt(3.0);  // RMS of one E4M3 rounding, relative
+    const double eu = rel_l2(got_u, exact_u);
+    if (!(eu < 2 * step)) r.fail("w4a8 u vs the exact chain: relative L2 ", eu, " >= ", 2 * step);
+    std::vector<float> got_out, exact_out;
+    for (int t : tokens)
+        for (int col = 0; col < s.d_model; ++col) {
+            double sum = 0.0;
+            for (int k = 0; k < kTopK; ++k) sum += double(w[t * kTopK + k]) * y_exact[t * kTopK + k][col];
+            got_out.push_back(out[size_t(t) * s.d_model + col] - residual[size_t(t) * s.d_model + col]);
+            exact_out.push_back(float(sum));
+        }
+    const double eo = rel_l2(got_out, exact_out);
+    if (!(eo < 2 * step)) r.fail("w4a8 moe output vs the exact chain: relative L2 ", eo, " >= ", 2 * step);
+    r.note(str("w4a8 relative L2 vs exact: u ", eu, ", moe output ", eo));
+    return r;
+}
+
 inline Result check(const Case& c, Result r) {
+    if (c.w4a8) return check_w4a8(c, std::move(r));
     const Shape& s = c.shape;
     Experts& ex = experts_for(s, 0, mix64(r.seed));
     ex.mlp1.download_host();
@@ -404,6 +562,35 @@ inline Result perf(const Case& c, Result r) {
         std::snprintf(buf, sizeof buf, "%s %5d tok %s", s.name, n_tokens, what);
         return std::string(buf);
     };
+    if (c.w4a8) {
+        // The whole W4A8 pair (quantise x, mlp1, quantise u, mlp2) against the FP8 ceiling, and the two
+        // quantisations alone (so that the GEMMs' share can be read off).
+        cuda::DeviceBuffer<uint8_t> ws(cuda::moe_w4a8_workspace_bytes(n_tokens, kTopK, d_model, d_ff));
+        auto pair = [&](int i) {
+            Inputs& b = in[i % kInputs];
+            const Experts& L = *layers[i % kLayers];
+            cuda::moe_w4a8({.y = b.y.get(), .u = b.u.get(), .x = b.x.get(), .mlp1 = L.mlp1.view(), .mlp2 = L.mlp2.view(),
+                            .expert_offsets = b.offsets.get(), .sorted_rows = b.sorted.get(), .workspace = ws.get(),
+                            .n_tokens = n_tokens, .n_experts = s.n_experts, .top_k = kTopK, .d_model = d_model,
+                            .d_ff = d_ff, .variant = c.wgmma_variant},
+                           nullptr);
+        };
+        auto quant = [&](int i) {
+            Inputs& b = in[i % kInputs];
+            uint8_t* q = ws.get();  // the layout of moe_w4a8's workspace does not matter here
+            float* sc = reinterpret_cast<float*>(ws.get() + size_t(n_rows) * d_ff);
+            cuda::moe_w4a8_quantize(q, sc, b.x.get(), n_tokens, d_model, nullptr);
+            cuda::moe_w4a8_quantize(q, sc, b.u.get(), n_rows, d_ff, nullptr);
+        };
+        const std::string v = c.wgmma_variant > 0 ? str(" v", c.wgmma_variant) : "";
+        Timing t{label(("mlp1+mlp2 w4a8" + v).c_str()), time_us(pair, iters),
+                 n_active * (w1_bytes + w2_bytes) + act1 + act2, fl1 + fl2};
+        t.math = Math::fp8;
+        r.timings.push_back(t);
+        r.timings.push_back({label(("w4a8 quantise x+u" + v).c_str()), time_us(quant, iters),
+                             3.0 * n_tokens * d_model + 3.0 * n_rows * d_ff, 0.0});
+        return r;
+    }
     if (c.kernel != MoeKernel::automatic) {
         const std::string kn = str(cuda::moe_kernel_name(c.kernel),
                                    c.kernel == MoeKernel::wgmma && c.wgmma_variant > 0 ? str(" v", c.wgmma_variant) : "");
@@ -450,6 +637,16 @@ inline std::vector<Case> cases() {
             t.push_back(cv);
         }
     };
+    // W4A8 (moe_w4a8): one case per variant (the first unsuffixed), like wgmma's.
+    auto add_w4a8 = [&](const Shape& s, int n, Use use, int experts_used = 0, const char* prefix = "") {
+        for (int v = 0; v < cuda::moe_w4a8_variants(); ++v) {
+            Case cv{.use = use, .shape = s, .n_tokens = n, .kernel = MoeKernel::wgmma, .experts_used = experts_used,
+                    .wgmma_variant = v, .w4a8 = true};
+            cv.name = str(prefix, s.name, "_", n, "_w4a8", v > 0 ? str("_v", v) : std::string());
+            if (v > 0 && cv.use == Use::both && n < 1024) cv.use = Use::check_only;
+            t.push_back(cv);
+        }
+    };
     const MoeKernel forced[] = {MoeKernel::gemv, MoeKernel::narrow, MoeKernel::gemm, MoeKernel::wgmma};
     auto in = [](int n, std::initializer_list<int> l) { return std::find(l.begin(), l.end(), n) != l.end(); };
 
@@ -489,6 +686,17 @@ inline std::vector<Case> cases() {
     // Partial weight blocks and a K shorter than the pipeline.
     for (MoeKernel k : forced)
         for (int n : {1, 5, 300}) add(kEdges, n, k, Use::check_only);
+    // W4A8: the tiny model; 20b and 120b at bench_moe's prefill sizes (timed at 1024 and 8192 next to
+    // wgmma) and odd ones; 128-row token tiles with one row less, exactly, one more, two plus a rest (the
+    // batch on 4 experts); wgmma_edges (mlp1 448 inputs = 3.5 k-blocks, 640 rows = 5 m-tiles of 128;
+    // mlp2 320 = 2.5 k-blocks, 448 rows: a warpgroup idle); edges (mlp2 K = 64: half a k-block).
+    for (int n : {1, 3, 64, 333, 2048}) add_w4a8(kTiny, n, Use::check_only);
+    for (const Shape& s : {k20b, k120b})
+        for (int n : {64, 333, 1024, 2048, 8192}) add_w4a8(s, n, in(n, {1024, 8192}) ? Use::both : Use::check_only);
+    for (int n : {kWgmmaRows - 1, kWgmmaRows, kWgmmaRows + 1, 2 * kWgmmaRows + 7})
+        add_w4a8(k20b, n, Use::check_only, 4, "tiles_");
+    for (int n : {1, 40, 300}) add_w4a8(kWgmmaEdges, n, Use::check_only);
+    for (int n : {1, 5, 300}) add_w4a8(kEdges, n, Use::check_only);
     return t;
 }
 

@@ -16,12 +16,16 @@
 //     descriptor defines for a K-major operand with the 128-byte swizzle:
 //         start + (n % 8) * 128 + (n / 8) * SBO + (k / 8) * 16 + (k % 8) * 2, then bits [4,7) ^= bits [7,10)
 //     and descriptors of any other form (layout type, LBO != 1, base offset) abort;
+//   - wgmma.mma_async m64nNk32 e4m3 x e4m3 (moe_w4a8_emulation.h records it with e4m3 = true): the same
+//     lazy execution, the 8-bit A fragment and a K-major 8-bit B (byte k of the 128-byte row), and
+//     scale-d 0 (accumulate = false) overwriting d;
 //   - setmaxnreg, wgmma.fence, fence.proxy.async, PDL: no-ops.
 #pragma once
 
 #include <barrier>
 #include <vector>
 
+#include "core/fp8.h"
 #include "moe_decode_emulation.h"
 
 namespace osprey::cuda {
@@ -67,6 +71,8 @@ struct WgmmaOp {
     uint64_t desc;      // B
     int n;              // wgmma N: d holds n / 2 values per thread
     uint64_t desc_a = 0;
+    bool e4m3 = false;       // m64nNk32 e4m3 x e4m3 (moe_w4a8_emulation.h) instead of m64nNk16 bf16
+    bool accumulate = true;  // scale-d: false overwrites d
 };
 struct WgmmaQueue {
     std::vector<WgmmaOp> ops;        // recorded, not yet executed
@@ -116,6 +122,26 @@ inline float wgmma_b(uint64_t desc, int k, int n) {
     return bits_to_float(bits);
 }
 
+// B(k, n) of a K-major E4M3 operand with the 128-byte swizzle (one byte per k: rows of 128 k), from its
+// descriptor (the same fields as the BF16 form above).
+inline float wgmma_b_e4m3(uint64_t desc, int k, int n) {
+    const uint32_t start = uint32_t(desc & 0x3FFFu) << 4;
+    const uint32_t sbo = uint32_t((desc >> 32) & 0x3FFFu) << 4;
+    if (uint32_t(desc >> 62) != 1 || ((desc >> 16) & 0x3FFFu) != 1 || ((desc >> 49) & 7u) != 0) {
+        std::fprintf(stderr, "wgmma e4m3: unsupported descriptor %016llx\n", static_cast<unsigned long long>(desc));
+        std::abort();
+    }
+    uint32_t addr = start + uint32_t(n % 8) * 128 + uint32_t(n / 8) * sbo + uint32_t(k);
+    addr ^= ((addr >> 7) & 7u) << 4;
+    return osprey::fp8::e4m3_to_float(g_smem_window[addr]);
+}
+// A(row, k) of an 8-bit register fragment (wgmma .m64nNk32, PTX "Register Fragments"): the owner thread
+// is lane (row % 8) * 4 + (k % 16) / 4 of warp row / 16; register (row % 16) / 8 + 2 (k / 16), byte k % 4.
+inline float wgmma_a_e4m3(const uint32_t* a_of_owner, int row, int k) {
+    const uint32_t reg = a_of_owner[(row % 16) / 8 + 2 * (k / 16)];
+    return osprey::fp8::e4m3_to_float(uint8_t(reg >> (8 * (k % 4))));
+}
+
 // Executes every recorded operation of this thread's warpgroup but those of the newest kPending
 // committed groups. All 128 threads of the warpgroup call it together (.sync.aligned).
 template <int kPending>
@@ -137,8 +163,15 @@ void wgmma_wait() {
             const int row = 16 * warp + lane / 4 + 8 * ((v / 2) % 2);
             const int col = 8 * (v / 4) + 2 * (lane % 4) + v % 2;
             double sum = 0.0;
-            for (int k = 0; k < 16; ++k) sum += double(a_elem(i, row, k)) * double(wgmma_b(op.desc, k, col));
-            op.d[v] = float(double(op.d[v]) + sum);
+            if (op.e4m3) {
+                for (int k = 0; k < 32; ++k) {
+                    const int owner = wg * 128 + (row / 16) * 32 + (row % 8) * 4 + (k % 16) / 4;
+                    sum += double(wgmma_a_e4m3(g_wgmma[owner].ops[i].a, row, k)) * double(wgmma_b_e4m3(op.desc, k, col));
+                }
+            } else {
+                for (int k = 0; k < 16; ++k) sum += double(a_elem(i, row, k)) * double(wgmma_b(op.desc, k, col));
+            }
+            op.d[v] = float((op.accumulate ? double(op.d[v]) : 0.0) + sum);
         }
     }
     g_warpgroup[wg]->arrive_and_wait();  // nobody reads this queue any more

@@ -1,0 +1,51 @@
+// What kernels/cuda/moe_mlp_w4a8.cu needs beyond moe_wgmma_emulation.h, for running its device code on
+// the CPU (scripts/emulate_moe_w4a8.sh):
+//   - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 (A from registers, B through a K-major 128B-swizzle
+//     descriptor, scale-d 0 or 1), recorded into moe_wgmma_emulation.h's lazy queue with e4m3 = true
+//     and executed at wait_group from the PTX fragment layouts;
+//   - cp.async of 4 bytes (zero-fill) as an immediate copy; 32-bit shared loads;
+//   - cvt.rn.satfinite.e4m3x2.f32 as fp8::float_to_e4m3 (round to nearest even, saturating), rintf;
+//   - blockDim (the quantisation kernel is an ordinary grid of warps).
+#pragma once
+
+#include <cmath>
+
+#include "core/fp8.h"
+#include "moe_wgmma_emulation.h"
+
+inline dim3 blockDim;
+struct float2 {
+    float x, y;
+};
+struct uint2 {
+    uint32_t x, y;
+};
+
+namespace osprey::cuda {
+
+template <int N>
+void wgmma_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256);
+    g_wgmma[threadIdx.x].ops.push_back({d, a, desc, N, 0, true, scale_d != 0});
+}
+inline void cp_async4_zfill(void* dst, const void* src, bool valid) {
+    if (reinterpret_cast<uintptr_t>(dst) % 4 || (valid && reinterpret_cast<uintptr_t>(src) % 4)) {
+        std::fprintf(stderr, "cp.async 4: misaligned\n");
+        std::abort();
+    }
+    if (valid) std::memcpy(dst, src, 4);
+    else std::memset(dst, 0, 4);
+}
+inline uint32_t ld_shared32(const uint8_t* p) {
+    uint32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+inline uint32_t byte_perm(uint32_t lo, uint32_t hi, uint32_t sel) { return __byte_perm(lo, hi, sel); }
+inline float round_even(float x) { return std::nearbyint(x); }
+inline uint32_t e4m3x4(float a, float b, float c, float d) {
+    return uint32_t(fp8::float_to_e4m3(a)) | uint32_t(fp8::float_to_e4m3(b)) << 8 |
+           uint32_t(fp8::float_to_e4m3(c)) << 16 | uint32_t(fp8::float_to_e4m3(d)) << 24;
+}
+
+}  // namespace osprey::cuda
