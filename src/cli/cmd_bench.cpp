@@ -51,7 +51,8 @@ constexpr const char* kHelp =
     "\n"
     "common: [--model DIR] [--backend auto|cpu|cuda] [--threads N] [--tp 1] [--ep 1] [--dp 1]\n"
     "        [--gpu-price 3.00] [--chunk 8192] [--page-size 32] [--seed S] [--out PREFIX]\n"
-    "        [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32|bf16] (docs/fp8.md)\n"
+    "        [--weights fp8|mxfp4|bf16 [--convert LIST]] [--kv-cache-dtype auto|fp8|f32|bf16]\n"
+    "        [--moe-gemm w4a16|w4a8] (docs/fp8.md)\n"
     "\n"
     "prefill: batch 1, random prompts of each length (chunks of --chunk tokens); time to first token\n"
     "  (median, p90 over --repeats after --warmup), input tokens/s, USD per million input tokens.\n"
@@ -189,7 +190,7 @@ void print_line(const std::string& line) {
 
 const std::vector<std::string> kModelFlags = {"model", "backend",   "threads", "tp",   "ep",  "dp",
                                               "gpu-price", "chunk", "page-size", "seed", "out", "warmup",
-                                              "weights",   "convert", "kv-cache-dtype"};
+                                              "weights",   "convert", "kv-cache-dtype", "moe-gemm"};
 
 int bench_prefill(const std::vector<std::string>& argv) {
     std::vector<std::string> flags = kModelFlags;

@@ -1,7 +1,8 @@
 // MoeStep's choice of path by batch size (model/cuda/moe_step.cpp): decode (1-8 tokens), mid-batch
 // (kernels/cuda/moe_mid.h, 9-128 by default) and the grouped GEMMs, each against the CPU reference
 // (per-element bounds of tests/kernels/moe_block_check.h) through MoeStep's own carved workspace, at
-// the edges of the ranges; and the environment switches: $OSPREY_MOE_MID=0 and a moved range
+// the edges of the ranges; and the environment switches: $OSPREY_MOE_MID=1 (the path is off by
+// default), =0, and a moved range
 // ($OSPREY_MOE_MID_MIN / _MAX) change the path, not the result beyond the bound.
 #include <gtest/gtest.h>
 
@@ -73,8 +74,10 @@ struct EnvVar {
 };
 
 TEST(CudaMoeStep, paths_by_batch_size) {
+    for (int t : {9, 128}) check_step(k20b, t, 128, "mid path off (the default)");
+    EnvVar on("OSPREY_MOE_MID", "1");
     for (const Shape& s : {kTiny, k20b, k120b})
-        for (int t : {8, 9, 64, 128, 129}) check_step(s, t, 160, "default range");
+        for (int t : {8, 9, 64, 128, 129}) check_step(s, t, 160, "OSPREY_MOE_MID=1, default range");
     check_step(k20b, 100, 100, "workspace exactly the batch");
 }
 
@@ -83,6 +86,7 @@ TEST(CudaMoeStep, environment_switches) {
         EnvVar off("OSPREY_MOE_MID", "0");
         for (int t : {9, 128}) check_step(k20b, t, 128, "OSPREY_MOE_MID=0");
     }
+    EnvVar on("OSPREY_MOE_MID", "1");
     {
         EnvVar lo("OSPREY_MOE_MID_MIN", "2"), hi("OSPREY_MOE_MID_MAX", "40");
         EnvVar decode_off("OSPREY_MOE_DECODE", "0");

@@ -26,15 +26,16 @@ int env_int(const char* name, int fallback) {
     return int(n);
 }
 
-// The token range of the mid-batch path: $OSPREY_MOE_MID=0 turns it off, $OSPREY_MOE_MID_MIN /
-// $OSPREY_MOE_MID_MAX move its bounds (defaults kMoeMidMinTokens..kMoeMidMaxTokens).
+// The token range of the mid-batch path: off unless $OSPREY_MOE_MID=1 (measured 3.5x slower than the
+// grouped GEMMs on the H200, docs/performance.md); $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move its
+// bounds (defaults kMoeMidMinTokens..kMoeMidMaxTokens).
 struct MidRange {
     bool on;
     int min, max;
 };
 MidRange mid_range() {
     const char* env = std::getenv("OSPREY_MOE_MID");
-    MidRange r{!(env && std::string(env) == "0"), env_int("OSPREY_MOE_MID_MIN", cuda::kMoeMidMinTokens),
+    MidRange r{env && std::string(env) == "1", env_int("OSPREY_MOE_MID_MIN", cuda::kMoeMidMinTokens),
                env_int("OSPREY_MOE_MID_MAX", cuda::kMoeMidMaxTokens)};
     if (r.max < r.min) r.on = false;
     return r;
