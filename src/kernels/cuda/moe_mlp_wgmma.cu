@@ -131,6 +131,8 @@
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/runtime.h"
 #endif
+// The pipeline PTX wrappers (emulated under OSPREY_CUDA_EMULATION), desc_k_sw128, moe_swiglu: shared with W4A8.
+#include "kernels/cuda/moe_gemm_sm90.cuh"
 
 #include <tuple>
 
@@ -240,54 +242,6 @@ constexpr size_t smem_bytes(int n_groups) {
 
 #ifndef OSPREY_CUDA_EMULATION  // (mbar_t, smem_u32 and the mbarrier operations: mbarrier.cuh)
 
-__device__ __forceinline__ uint8_t* dynamic_smem() {
-    extern __shared__ __align__(16) uint8_t smem_raw[];
-    return smem_raw;
-}
-// bytes (multiple of 16, both addresses 16-byte aligned) from global to shared memory, counted on bar.
-__device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, uint32_t bytes, mbar_t* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-            smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-}
-// 16 bytes global -> shared; valid == false zero-fills the destination and reads nothing.
-__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-// One arrival on bar once all of this thread's earlier cp.async have landed (.noinc: the arrival is
-// one of the barrier's expected count).
-__device__ __forceinline__ void cp_async_mbar_arrive_noinc(mbar_t* bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-// Orders this thread's view of the generic-proxy writes (cp.async) before its async-proxy reads (wgmma).
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_dec() {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-template <int kRegs>
-__device__ __forceinline__ void setmaxnreg_inc() {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of the accumulators across the wgmma fences and waits.
-template <int N>
-__device__ __forceinline__ void fence_operands(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
 // d[64xN] += a[64x16] (registers, BF16) · b[16xN] (shared memory, K-major BF16 via desc), N = Cfg::kBN.
 template <int N>
 __device__ __forceinline__ void wgmma_m64nNk16(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc);
@@ -489,13 +443,6 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 }
 #endif  // OSPREY_CUDA_EMULATION
 
-// Descriptor of a K-major BF16 operand with the 128-byte swizzle starting at shared address `addr`
-// (rows of 128 bytes, 8-row groups 1024 bytes apart); see the top of the file for the fields.
-__device__ __forceinline__ uint64_t desc_k_sw128(uint32_t addr) {
-    return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
-           (uint64_t(1) << 62);
-}
-
 // Two FP4 nibbles of word w as one BF16x2 of FP4 · 2^-126 (low half from the lower k; see the top):
 // with the nibbles isolated at bits [3:0] and [19:16], the product by 4160 = 2^12 + 2^6 holds each twice
 // without carries; the mask keeps the sign from the high copy (bit 15) and e1 e0 m from the low copy
@@ -510,12 +457,6 @@ __device__ __forceinline__ uint32_t fp4_pair(uint32_t w, uint32_t shift) {
         iso = (w >> shift) & 0x000F000Fu;  // nibbles q and q + 4
     }
     return (iso * 4160u) & 0x81C081C0u;
-}
-
-__device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {
-    gate = fminf(gate, limit);
-    up = fminf(fmaxf(up, -limit), limit);
-    return gate / (1.0f + __expf(-alpha * gate)) * (up + 1.0f);
 }
 
 // One tile of the schedule.
@@ -604,8 +545,8 @@ __device__ __forceinline__ void store_tile(const Params& p, const Tile& tile,
                 const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
                 const int n = 8 * i + 2 * q + (even ? 0 : 1);
                 if (n < tile.n_rows) {
-                    const float out_a = even ? swiglu(va0, a_other, p.alpha, p.limit) : swiglu(a_other, va1, p.alpha, p.limit);
-                    const float out_b = even ? swiglu(vb0, b_other, p.alpha, p.limit) : swiglu(b_other, vb1, p.alpha, p.limit);
+                    const float out_a = even ? moe_swiglu(va0, a_other, p.alpha, p.limit) : moe_swiglu(a_other, va1, p.alpha, p.limit);
+                    const float out_b = even ? moe_swiglu(vb0, b_other, p.alpha, p.limit) : moe_swiglu(b_other, vb1, p.alpha, p.limit);
                     __nv_bfloat16* urow = u + size_t(tile.row0 + n) * d_ff;
                     urow[moe_u_column(fa >> 1)] = __float2bfloat16_rn(out_a);
                     urow[moe_u_column(fb >> 1)] = __float2bfloat16_rn(out_b);
