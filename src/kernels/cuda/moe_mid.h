@@ -2,6 +2,9 @@
 // has 2-16 routed rows per expert on average, 120b 1-4), bound by streaming every active expert's
 // MXFP4 weights from HBM exactly once with all SMs busy (issue 12 / 13; the path before this one,
 // moe_mlp_mxfp4's "narrow" tiling, reached ~31% of 4.64 TB/s at 20b batch 128).
+// Measured on the H200 (2026-12-02, docs/performance.md "Fourth session"): 9-17% of 4.64 TB/s, 3.5x
+// slower than narrow, bound by issuing one cp.async.bulk per 128-byte weight row; so MoeStep uses it
+// only with $OSPREY_MOE_MID=1 until its copies move whole contiguous row runs.
 //
 //   moe_group_by_expert's output (routed rows grouped by expert) ->
 //   gather:  h rows, in expert order, into k-blocked, lane-permuted activation tiles   (1 launch)
@@ -54,7 +57,7 @@ namespace osprey::cuda {
 //   2: 16 rows, 256 inputs, 8 stages of 24 KB     3: 16 rows, 512 inputs, 4 stages of 48 KB
 inline constexpr int kMoeMidVariants = 4;
 int moe_mid_default_variant();  // $OSPREY_MOE_MID_VARIANT (read once), else 0
-// The default token range MoeStep sends here ($OSPREY_MOE_MID_MIN / _MAX change it): below it
+// The token range MoeStep sends here with $OSPREY_MOE_MID=1 ($OSPREY_MOE_MID_MIN / _MAX change it): below it
 // moe_decode (up to 8 tokens), above it the grouped GEMMs (narrow / wgmma).
 inline constexpr int kMoeMidMinTokens = 9;
 inline constexpr int kMoeMidMaxTokens = 128;
