@@ -128,4 +128,24 @@ __device__ __forceinline__ MoeTile moe_tile_at(const P& p, const int* tile_start
     return {lo, row0, min(kBN, end - row0), m_tile * kBM};
 }
 
+// tile_start[e] = the tiles (ceil(rows / kBN) n-tiles times m_tiles each) of experts before e, and
+// tile_start[n_experts] all of them: a prefix sum by the 32 lanes of one warp. P as for moe_tile_at.
+template <int kBN, class P>
+__device__ __forceinline__ void moe_count_tiles(const P& p, int* tile_start, int lane) {
+    int before = 0;
+    for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
+        const int e = e0 + lane;
+        const int rows = e < p.n_experts ? p.offsets[e + 1] - p.offsets[e] : 0;
+        int incl = (rows + kBN - 1) / kBN * p.m_tiles;
+#pragma unroll
+        for (int o = 1; o < 32; o *= 2) {
+            const int n = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += n;
+        }
+        if (e < p.n_experts) tile_start[e + 1] = before + incl;
+        before += __shfl_sync(0xffffffffu, incl, 31);
+    }
+    if (lane == 0) tile_start[0] = 0;
+}
+
 }  // namespace osprey::cuda

@@ -225,21 +225,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const Params p) {
     const int tid = threadIdx.x;
 
     if (tid < 32) {
-        int before = 0;
-        for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
-            const int e = e0 + tid;
-            const int rows = e < p.n_experts ? p.offsets[e + 1] - p.offsets[e] : 0;
-            int incl = (rows + kBN - 1) / kBN * p.m_tiles;
-#pragma unroll
-            for (int o = 1; o < 32; o *= 2) {
-                const int n = __shfl_up_sync(0xffffffffu, incl, o);
-                if (tid >= o) incl += n;
-            }
-            if (e < p.n_experts) tile_start[e + 1] = before + incl;
-            before += __shfl_sync(0xffffffffu, incl, 31);
-        }
+        moe_count_tiles<kBN>(p, tile_start, tid);
         if (tid == 0) {
-            tile_start[0] = 0;
             for (int s = 0; s < kStages; ++s) {
                 mbar_init(&full[s], 128);
                 mbar_init(&empty[s], kConsumerWarps);

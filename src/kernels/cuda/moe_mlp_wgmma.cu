@@ -459,50 +459,10 @@ __device__ __forceinline__ uint32_t fp4_pair(uint32_t w, uint32_t shift) {
     return (iso * 4160u) & 0x81C081C0u;
 }
 
-// One tile of the schedule.
-struct Tile {
-    int expert, row0, n_rows, f0;  // routed rows [row0, row0 + n_rows) of sorted order; weight rows f0..
-};
-
-// Tile t (< tile_start[n_experts]) from the per-expert prefix sum of tile counts.
-template <class Cfg>
-__device__ __forceinline__ Tile tile_at(const Params& p, const int* tile_start, int t) {
-    int lo = 0, hi = p.n_experts - 1;  // the last expert e with tile_start[e] <= t has tiles
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (tile_start[mid] <= t) lo = mid;
-        else hi = mid - 1;
-    }
-    const int local = t - tile_start[lo];
-    const int n_tile = local / p.m_tiles, m_tile = local % p.m_tiles;
-    const int begin = p.offsets[lo], end = p.offsets[lo + 1];
-    const int row0 = begin + n_tile * Cfg::kBN;
-    return {lo, row0, min(Cfg::kBN, end - row0), m_tile * Cfg::kBM};
-}
-
-// tile_start[e] = the tiles of experts before e (tile_start[n_experts]: all), by the 32 lanes of warp 0.
-template <class Cfg>
-__device__ __forceinline__ void count_tiles(const Params& p, int* tile_start, int lane) {
-    int before = 0;
-    for (int e0 = 0; e0 < p.n_experts; e0 += 32) {
-        const int e = e0 + lane;
-        const int rows = e < p.n_experts ? p.offsets[e + 1] - p.offsets[e] : 0;
-        int incl = (rows + Cfg::kBN - 1) / Cfg::kBN * p.m_tiles;
-#pragma unroll
-        for (int o = 1; o < 32; o *= 2) {
-            const int n = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += n;
-        }
-        if (e < p.n_experts) tile_start[e + 1] = before + incl;
-        before += __shfl_sync(0xffffffffu, incl, 31);
-    }
-    if (lane == 0) tile_start[0] = 0;
-}
-
 // Bias into the accumulators (times 2^-32, like the products) of consumer warpgroup cw's m-blocks.
 // Rows past n_out (a partial m-tile) compute on whatever the stage holds and are never stored.
 template <class Cfg>
-__device__ __forceinline__ void load_bias(const Params& p, const Tile& tile, float (&acc)[Cfg::kMBlocks][Cfg::kAcc],
+__device__ __forceinline__ void load_bias(const Params& p, const MoeTile& tile, float (&acc)[Cfg::kMBlocks][Cfg::kAcc],
                                           int cw, int warp, int g) {
     constexpr int kMBlocks = Cfg::kMBlocks;
 #pragma unroll
@@ -521,7 +481,7 @@ __device__ __forceinline__ void load_bias(const Params& p, const Tile& tile, flo
 
 // The epilogue of consumer warpgroup cw (thread: warp, g = lane / 4, q = lane % 4) for one tile.
 template <class Cfg, Proj kProj>
-__device__ __forceinline__ void store_tile(const Params& p, const Tile& tile,
+__device__ __forceinline__ void store_tile(const Params& p, const MoeTile& tile,
                                            const float (&acc)[Cfg::kMBlocks][Cfg::kAcc], int cw, int warp, int g,
                                            int q) {
     constexpr int kMBlocks = Cfg::kMBlocks, kBN = Cfg::kBN;
@@ -585,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
 
     // Tile counts per expert, prefix-summed by warp 0; barriers initialised by thread 0.
     if (tid < 32) {
-        count_tiles<Cfg>(p, tile_start, tid);
+        moe_count_tiles<Cfg::kBN>(p, tile_start, tid);
         if (tid == 0) {
             for (int s = 0; s < kStages; ++s) {
                 mbar_init(&full[s], 128);             // one cp.async arrival per producer thread
@@ -612,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
         int it = 0;  // stage uses so far (the ring position)
         int local_tile = 0;
         for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-            const Tile tile = tile_at<Cfg>(p, tile_start, t);
+            const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
             const int slot = local_tile & 1;
             const int rows_w = min(kBM, p.n_out - tile.f0);
             if (pt == 0) {
@@ -680,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(const Params p) 
     uint32_t afrag[2][kMBlocks][2][4];  // [group h of the stage][m-block][k16 step][register]
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++local_tile) {
-        const Tile tile = tile_at<Cfg>(p, tile_start, t);
+        const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
         const int slot = local_tile & 1;
 
         load_bias<Cfg>(p, tile, acc, cw, warp, g);
@@ -786,7 +746,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ss_kernel(const Params 
     const int tid = threadIdx.x;
 
     if (tid < 32) {
-        count_tiles<Cfg>(p, tile_start, tid);
+        moe_count_tiles<Cfg::kBN>(p, tile_start, tid);
         if (tid == 0) {
             for (int s = 0; s < kStages; ++s) {
                 mbar_init(&full[s], 128);              // one cp.async arrival per producer thread
@@ -818,11 +778,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ss_kernel(const Params 
         // Load cursor: tile lt (the l_local-th of this CTA), its k-stage l_kt, ring position l_step.
         int lt = blockIdx.x, l_local = 0, l_kt = 0, l_step = 0;
         uint32_t x_src[kBN / 16], w_src[kBM / 64];  // element / byte offsets of k = 0, or kInvalid
-        Tile ltile{};
+        MoeTile ltile{};
         // Issues the loads of one stage; at a tile's first stage also its scales (thread 0) and sources.
         auto load_stage = [&]() {
             if (l_kt == 0) {
-                ltile = tile_at<Cfg>(p, tile_start, lt);
+                ltile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, lt);
                 const int slot = l_local & 1;
                 const int rows_w = min(kBM, p.n_out - ltile.f0);
                 if (wt == 0) {
@@ -880,7 +840,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ss_kernel(const Params 
         const int h = lane & 1;
         int d_step = 0, d_local = 0;
         for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++d_local) {
-            const Tile tile = tile_at<Cfg>(p, tile_start, t);
+            const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
             const int slot = d_local & 1;
             const int rows_w = min(kBM, p.n_out - tile.f0);
             bool scales_ready = false;
@@ -932,7 +892,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ss_kernel(const Params 
     int it = 0;
     float acc[kMBlocks][Cfg::kAcc];
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
-        const Tile tile = tile_at<Cfg>(p, tile_start, t);
+        const MoeTile tile = moe_tile_at<Cfg::kBN, Cfg::kBM>(p, tile_start, t);
         load_bias<Cfg>(p, tile, acc, cw, warp, g);
         for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
             const int stage = it % kStages, as = it % kAStages;
@@ -977,16 +937,7 @@ namespace {
 
 // The largest n_in whose two per-tile scale buffers fit beside the pipeline (227 KB per block on the
 // H200, less the static barriers and tile table).
-constexpr int kMaxSmemBytes = 227 * 1024 - 2048;
-
-// Opts `kernel` in to kMaxSmemBytes of dynamic shared memory; returns the SM count (the persistent grid).
-int prepare_device(const void* kernel) {
-    int device = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmemBytes));
-    return sms;
-}
+constexpr int kMaxSmemBytes = kMoeGemmMaxSmemBytes;  // moe_gemm_sm90.cuh
 
 // Every variant takes the gpt-oss widths (n_in = 2880: 90 scale bytes per row).
 template <int... kV>
@@ -1014,7 +965,7 @@ void launch(const moe_wgmma::Params& p, int n_rows, cudaStream_t stream) {
     const size_t smem = mw::smem_bytes<Cfg>(p.n_groups);
     // Once per thread and kernel (the attribute is per device; each rank of a parallel layout drives its
     // GPU from its own thread).
-    thread_local const int n_sms = prepare_device(reinterpret_cast<const void*>(kernel));
+    thread_local const int n_sms = moe_gemm_prepare_device(reinterpret_cast<const void*>(kernel));
     OSPREY_CHECK(smem <= size_t(kMaxSmemBytes), "moe wgmma: n_in = ", p.n_in, " needs ", smem, " bytes of shared memory");
     // Upper bound of the tile count: Σ_e ceil(rows_e / kBN) <= rows / kBN + active experts, times m-tiles.
     const int64_t max_tiles = (int64_t(n_rows) / Cfg::kBN + std::min(p.n_experts, n_rows)) * p.m_tiles;
