@@ -78,8 +78,7 @@ fi
 if [[ $skip_tests -eq 0 ]]; then
   if [[ -z "$bin" ]]; then
     if [[ $quick -eq 1 ]]; then
-      run ctest_gpu ctest --test-dir "$build" -L gpu -E '^test_moe_mlp$' --output-on-failure
-      run test_moe_mlp "$(bin_of test_moe_mlp)" --gtest_filter='-*120b_8192*:*120b_2048*:*120b_*_v*'
+      run ctest_gpu ctest --test-dir "$build" -L gpu -E 'MoeMlpTable.*120b_(8192|2048|.*_v)' --output-on-failure
     else
       run ctest_gpu ctest --test-dir "$build" -L gpu --output-on-failure
     fi
