@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "kernels/cuda/attention_kv.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/attention_prefill.h"
 #include "kernels/cuda/attention_prefill_wgmma.h"
 #include "kernels/cuda/common.cuh"
@@ -239,6 +240,38 @@ __device__ __forceinline__ void attention_decode_finish(const AttnArgs& a, const
     }
 }
 
+// RoPE fused into decode (AttnArgs::rope_cos): the step's own key j, unrotated in qkv (kp, vp from
+// attention_kv_rows). This thread's 8 dimensions [8 part, 8 part + 8) of the K row are rotated with
+// their partners (part ^ 4: dimension d pairs with d + 32) into shared memory at dst; with a store, the
+// roped K dimensions and the same V dimensions also go to the cache row of position j (its page, or
+// the item's ring slot), where rope()'s store would have put them.
+__device__ __forceinline__ void attention_rope_own_key(const AttnArgs& a, const AttnItem& it, int g, int j, int part,
+                                                        const __nv_bfloat16* kp, const __nv_bfloat16* vp,
+                                                        __nv_bfloat16* dst) {
+    const uint4 mine = *reinterpret_cast<const uint4*>(kp + part * 8);
+    const uint4 other = *reinterpret_cast<const uint4*>(kp + (part ^ 4) * 8);
+    const __nv_bfloat16* m = reinterpret_cast<const __nv_bfloat16*>(&mine);
+    const __nv_bfloat16* o = reinterpret_cast<const __nv_bfloat16*>(&other);
+    const bool low = part < 4;  // dimensions d < 32: this thread keeps the first of each pair
+    const float* cs = a.rope_cos + size_t(j) * (kD / 2) + (part & 3) * 8;
+    const float* sn = a.rope_sin + size_t(j) * (kD / 2) + (part & 3) * 8;
+    uint4 roped;
+    __nv_bfloat16* r = reinterpret_cast<__nv_bfloat16*>(&roped);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        __nv_bfloat16 y0, y1;
+        rope_pair(__bfloat162float(low ? m[e] : o[e]), __bfloat162float(low ? o[e] : m[e]), cs[e], sn[e], y0, y1);
+        r[e] = low ? y0 : y1;
+    }
+    *reinterpret_cast<uint4*>(dst) = roped;
+    if (a.k_store != nullptr) {
+        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
+        const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD + part * 8;
+        *reinterpret_cast<uint4*>(a.k_store + off) = roped;
+        *reinterpret_cast<uint4*>(a.v_store + off) = *reinterpret_cast<const uint4*>(vp + part * 8);
+    }
+}
+
 // The decode kernel: one CTA = one decode item (one token, a range of its keys) x one KV head, on
 // tensor cores. The 8 query heads of the group are the rows of a 16-row mma fragment (rows 8-15 are
 // zero); key tiles of 64 stream through a 3-stage cp.async pipeline, and warp w takes keys
@@ -259,18 +292,38 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
     const int h = lane / 4, c = 2 * (lane % 4);  // this lane's fragment row (query head in the group), column pair
     const int p = it.pos0;
 
-    // Q fragments (A operand, rows = heads), scaled by 1/sqrt(64) = 0.125 (exact in bf16).
+    // Q fragments (A operand, rows = heads), scaled by 1/sqrt(64) = 0.125 (exact in bf16). The lane's
+    // dimensions ks * 16 + {c, c + 1, c + 8, c + 9} of k-steps ks and ks + 2 are RoPE pairs (d, d + 32),
+    // so a fused rotation needs nothing from other lanes.
     uint32_t qf[4][4];
     {
         const __nv_bfloat16* q =
             reinterpret_cast<const __nv_bfloat16*>(a.qkv) + size_t(it.q_token) * a.ld_qkv + (g * kAttnGroup + h) * kD;
+        float x[4][4];  // [k-step][c, c + 1, c + 8, c + 9]
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
             const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(q + ks * 16 + c);
             const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(q + ks * 16 + c + 8);
-            qf[ks][0] = pack_bf16(__low2float(lo) * 0.125f, __high2float(lo) * 0.125f);
+            x[ks][0] = __low2float(lo), x[ks][1] = __high2float(lo), x[ks][2] = __low2float(hi), x[ks][3] = __high2float(hi);
+        }
+        if (a.rope_cos != nullptr) {
+            const float* cs = a.rope_cos + size_t(p) * (kD / 2);
+            const float* sn = a.rope_sin + size_t(p) * (kD / 2);
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int d = ks * 16 + c + (e & 1) + (e >> 1) * 8;
+                    __nv_bfloat16 y0, y1;
+                    rope_pair(x[ks][e], x[ks + 2][e], cs[d], sn[d], y0, y1);
+                    x[ks][e] = __bfloat162float(y0), x[ks + 2][e] = __bfloat162float(y1);
+                }
+        }
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            qf[ks][0] = pack_bf16(x[ks][0] * 0.125f, x[ks][1] * 0.125f);
             qf[ks][1] = 0;
-            qf[ks][2] = pack_bf16(__low2float(hi) * 0.125f, __high2float(hi) * 0.125f);
+            qf[ks][2] = pack_bf16(x[ks][2] * 0.125f, x[ks][3] * 0.125f);
             qf[ks][3] = 0;
         }
     }
@@ -287,7 +340,11 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
             const __nv_bfloat16 *kp = reinterpret_cast<const __nv_bfloat16*>(a.k_cache), *vp = kp;
             const bool valid = j < it.key_end;
             if (valid) attention_kv_rows(a, it, g, j, kp, vp);
-            cp_async16(ks + key * kStride + part * 8, kp + part * 8, valid);  // zero-filled past the end
+            if (valid && a.rope_cos != nullptr && j >= it.slice_start_pos) {  // the own key, rotated here
+                attention_rope_own_key(a, it, g, j, part, kp, vp, ks + key * kStride + part * 8);
+            } else {
+                cp_async16(ks + key * kStride + part * 8, kp + part * 8, valid);  // zero-filled past the end
+            }
             cp_async16(vs + key * kStride + part * 8, vp + part * 8, valid);
         }
     };
@@ -648,6 +705,11 @@ void attention(const AttnArgs& a, const AttnDevicePlan& plan, cudaStream_t strea
     OSPREY_CHECK(!a.cache8.on() || (a.cache8.v && a.cache8.k_scale && a.cache8.v_scale && a.step8.on() && a.step8.v &&
                                     a.step8.k_scale && a.step8.v_scale),
                  "attention: FP8 KV cache without its multipliers or the step's FP8 rows");
+    OSPREY_CHECK(a.rope_cos == nullptr || (a.rope_sin && plan.n_prefill == 0 && !a.cache8.on()),
+                 "attention: RoPE is fused into decode items over a BF16 cache only (", plan.n_prefill,
+                 " prefill items, ", a.cache8.on() ? "FP8" : "BF16", " cache)");
+    OSPREY_CHECK((a.k_store == nullptr) == (a.v_store == nullptr) && (a.k_store == nullptr || a.rope_cos),
+                 "attention: the fused K/V store needs both caches and the fused RoPE");
     launch_decode(a, plan.decode, plan.n_decode, plan.merges, plan.fp8_decode, stream);
     if (plan.prefill_kernel == AttnPrefillKernel::wgmma)
         attention_prefill_wgmma(a, plan.prefill, plan.n_prefill, plan.wgmma_variant, stream);  // wgmma

@@ -189,6 +189,16 @@ struct AttnArgs {
     // BF16 while staging them into shared memory.
     KvFp8 cache8 = {};
     KvFp8 step8 = {};
+    // RoPE fused into decode (BF16 cache, every item one decode token; rope() is then not run): qkv
+    // holds this step's q and k UNROTATED. Each CTA rotates its group's query heads as it loads them and
+    // the token's own key as it stages it (rope_pair.cuh: the bits rope() gives), and the CTA whose keys
+    // include the token's own position appends that roped K row and the V row to the cache (k_store /
+    // v_store: the layer's k_cache / v_cache, or null for no store), as rope()'s store would: one launch
+    // fewer per layer in decode steps. Null rope_cos: qkv is already roped.
+    const float* rope_cos = nullptr;   // [n_positions, head_dim / 2] f32, rope.h's tables
+    const float* rope_sin = nullptr;
+    bf16* k_store = nullptr;
+    bf16* v_store = nullptr;
 };
 
 // Raises the kernels' shared-memory limits; called by attention() itself, and by owners of CUDA

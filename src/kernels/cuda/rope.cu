@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kv_fp8.cuh"
+#include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -32,8 +33,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
         const int head = i / half, d = i % half;
         __nv_bfloat16* x = row + head * a.head_dim;
         const float x0 = __bfloat162float(x[d]), x1 = __bfloat162float(x[d + half]);
-        const float c = cos_p[d], s = sin_p[d];
-        const __nv_bfloat16 y0 = __float2bfloat16_rn(x0 * c - x1 * s), y1 = __float2bfloat16_rn(x1 * c + x0 * s);
+        __nv_bfloat16 y0, y1;
+        rope_pair(x0, x1, cos_p[d], sin_p[d], y0, y1);
         x[d] = y0;
         x[d + half] = y1;
         if (a.store && a.k_cache && head >= a.n_q_heads) {

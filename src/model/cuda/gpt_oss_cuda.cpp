@@ -636,6 +636,14 @@ bool CudaRunner::fuse_norms(int T) const {
            cuda::gemv_norm_supported(T, config_.d_model);
 }
 
+bool CudaRunner::fuse_rope(const Step& step) const {
+    static const bool enabled = [] {
+        const char* v = std::getenv("OSPREY_ATTN_ROPE");
+        return !(v && std::string_view(v) == "0");
+    }();
+    return enabled && step.store_in_rope && !fp8_kv() && !dump_;
+}
+
 // One attention block (spec §3.3): x += Wout · attend(rope(Wqkv · rmsnorm(x))) + b.
 void CudaRunner::attention_block(int layer, const Step& step) {
     const Config& c = config_;
@@ -679,9 +687,11 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     blas_->linear(qkv, stream_);
     mark("qkv");
     // YaRN RoPE on every q and k head (half-split pairs, concentration in cos/sin); in decode-only
-    // steps it also appends this step's k, v to the cache (before attention: equivalent for one token)
+    // steps it also appends this step's k, v to the cache (before attention: equivalent for one token).
+    // fuse_rope: both happen inside the decode attention kernel instead (attention.h, rope_cos).
     const bool sliding = layout_.spec.is_ring(layer);
     const int rows = layout_.spec.group(layout_.spec.kind_of(layer)).rows_per_block;
+    const bool rope_in_attention = fuse_rope(step);
     cuda::RopeArgs ra{.qkv = a.qkv, .positions = step.positions, .cos = rope_cos_.get(), .sin = rope_sin_.get(),
                       .n_tokens = T, .ld = qkv_width, .n_q_heads = d.n_heads, .n_kv_heads = d.n_kv_heads,
                       .head_dim = c.head_dim};
@@ -696,8 +706,10 @@ void CudaRunner::attention_block(int layer, const Step& step) {
         }
         ra.rows = rows;
     }
-    cuda::rope(ra, stream_);
-    mark("rope");
+    if (!rope_in_attention) {
+        cuda::rope(ra, stream_);
+        mark("rope");
+    }
     if (dump_) {
         dump("q", layer, a.qkv, T, qkv_width, true);  // split into q, k, v by dump()
     }
@@ -722,7 +734,11 @@ void CudaRunner::attention_block(int layer, const Step& step) {
                      .partial_ml = a.partial_ml,
                      .merge_counters = a.merge_counters,
                      .cache8 = fp8_kv() ? cache8(layer) : cuda::KvFp8{},
-                     .step8 = fp8_kv() ? a.step8 : cuda::KvFp8{}},
+                     .step8 = fp8_kv() ? a.step8 : cuda::KvFp8{},
+                     .rope_cos = rope_in_attention ? rope_cos_.get() : nullptr,
+                     .rope_sin = rope_in_attention ? rope_sin_.get() : nullptr,
+                     .k_store = rope_in_attention ? k_cache_[layer].get() : nullptr,
+                     .v_store = rope_in_attention ? v_cache_[layer].get() : nullptr},
                     sliding ? step.plan_window : step.plan_full, stream_);
     mark(sliding ? "attention (window)" : "attention (full)");
     dump("attn", layer, a.attn, T, d.q_dim, true);

@@ -161,6 +161,10 @@ private:
     // Whether a step of T tokens folds each block's norms into GEMV prologues (decode sizes, one GPU,
     // no dumps or hidden-state captures; $OSPREY_FUSED_NORMS=0 turns it off for A/B runs).
     bool fuse_norms(int T) const;
+    // Whether a step's RoPE and K/V append run inside the decode attention kernel instead of rope()
+    // (decode-only steps that store in RoPE, BF16 cache, no dumps; $OSPREY_ATTN_ROPE=0 turns it off for
+    // A/B runs): one launch fewer per layer.
+    bool fuse_rope(const Step& step) const;
     void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
     void distributed_greedy(std::vector<int32_t>& out);
     // Attention DP: the MoE of every DP group's tokens (this group's n_local rows of a.h in, its rows

@@ -20,6 +20,11 @@
 // the CPU attention over exactly what each path reads: decode tokens the codes times their multipliers
 // (FP32), prefill chunks BF16(code · s) (what both prefill kernels stage). Bytes: 64 codes + 4 for
 // the multiplier per row, K and V.
+//
+// Fused RoPE (Case::fused_rope, decode tokens over a BF16 cache; attention.h AttnArgs::rope_cos): qkv is
+// unrotated, the kernel rotates q and the own key and stores the roped K and the V rows at each token's
+// position. Reference: rope() on a copy of qkv (the unfused path), then the CPU attention over it; the
+// cache must equal its previous contents with exactly those rows replaced by rope()'s bits.
 #pragma once
 
 #include <algorithm>
@@ -35,6 +40,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/kv_store.h"
+#include "kernels/cuda/rope.h"
 
 namespace osprey::cases::attention {
 
@@ -64,6 +70,7 @@ struct Case {
     bool mma_sync = false;      // prefill items on the mma.sync kernel whatever $OSPREY_ATTN_WGMMA says
     bool fp8 = false;           // FP8 KV cache (see above)
     bool fp8_bf16_mma = false;  // its decode kernel with BF16 MMAs (false: $OSPREY_ATTN_FP8_DECODE decides)
+    bool fused_rope = false;    // RoPE and the K/V store fused into decode (see above)
     std::vector<Seq> seqs;
 };
 
@@ -211,6 +218,32 @@ inline Result run(const Case& c, Mode mode) {
         a.cache8 = {d_k8.get(), d_v8.get(), d_ks.get(), d_vs.get()};
         a.step8 = {d_sk8.get(), d_sv8.get(), d_sks.get(), d_svs.get()};
     }
+    // Fused RoPE: random cos/sin tables, the unfused path's roped qkv (rope() on a copy) for the reference.
+    cuda::DeviceBuffer<bf16> d_roped(1);
+    cuda::DeviceBuffer<float> d_cos(1), d_sin(1);
+    std::vector<bf16> k_before, v_before;
+    if (c.fused_rope) {
+        OSPREY_CHECK(!c.fp8 && n_tokens == n_seqs, "attention case ", c.name, ": fused RoPE is for decode over BF16");
+        int n_pos = 1;
+        std::vector<int32_t> pos;
+        for (const Seq& s : c.seqs) n_pos = std::max(n_pos, s.start_pos + 1), pos.push_back(s.start_pos);
+        std::vector<float> cs(size_t(n_pos) * kD / 2), sn(cs.size());
+        std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+        for (size_t i = 0; i < cs.size(); ++i) {
+            const float t = angle(rng);
+            cs[i] = std::cos(t), sn[i] = std::sin(t);
+        }
+        d_cos = to_device(cs), d_sin = to_device(sn);
+        auto d_pos = to_device(pos);
+        d_roped = to_device(d_qkv.download(size_t(n_tokens) * kLd));
+        cuda::rope({.qkv = d_roped.get(), .positions = d_pos.get(), .cos = d_cos.get(), .sin = d_sin.get(),
+                    .n_tokens = n_tokens, .ld = kLd, .n_q_heads = kNq, .n_kv_heads = kNkv, .head_dim = kD},
+                   nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        k_before = d_k.download(cache_elems), v_before = d_v.download(cache_elems);
+        a.rope_cos = d_cos.get(), a.rope_sin = d_sin.get();
+        a.k_store = d_k.get(), a.v_store = d_v.get();
+    }
     const cuda::AttnDevicePlan dp{.decode = d_dec.get(), .n_decode = int(plan.decode.size()),
                                   .prefill = d_pre.get(), .n_prefill = int(plan.prefill.size()),
                                   .merges = d_mg.get(), .n_merges = int(plan.merges.size()),
@@ -344,7 +377,7 @@ inline Result run(const Case& c, Mode mode) {
 
     // CPU reference: the cache in its layout [blocks, rows, n_kv * head_dim] f32.
     const std::vector<bf16> k_cache = d_k.download(cache_elems), v_cache = d_v.download(cache_elems);
-    const std::vector<bf16> qkv = d_qkv.download(size_t(n_tokens) * kLd);
+    const std::vector<bf16> qkv = (c.fused_rope ? d_roped : d_qkv).download(size_t(n_tokens) * kLd);
     const std::vector<float> qkv_f = to_float(qkv), sinks_f = to_float(d_sinks.download(kNq));
     std::vector<float> ck(cache_elems), cv(cache_elems);
     for (int b = 0; b < n_blocks; ++b)
@@ -397,6 +430,24 @@ inline Result run(const Case& c, Mode mode) {
     expect_close(r, to_float(d_out.download(size_t(n_tokens) * kNq * kD)), want, 1.0 / 512 + 1e-4, 1.0 / 256,
                  "attention");
 
+    if (c.fused_rope) {  // the kernel's own store: each token's roped K and V at its position, nothing else
+        std::vector<bf16> want_k = k_before, want_v = v_before;
+        for (int i = 0; i < n_seqs; ++i) {
+            const cuda::AttnSlice& s = slices[i];
+            const int p = s.start_pos, b = ring ? s.window_slot : pages[i][p / rows];
+            for (int g = 0; g < kNkv; ++g)
+                for (int d = 0; d < kD; ++d) {
+                    const size_t off = ((size_t(b) * kNkv + g) * rows + p % rows) * kD + d;
+                    want_k[off] = qkv[size_t(s.first_token) * kLd + (kNq + g) * kD + d];
+                    want_v[off] = qkv[size_t(s.first_token) * kLd + (kNq + kNkv + g) * kD + d];
+                }
+        }
+        const std::vector<bf16> got_k = d_k.download(cache_elems), got_v = d_v.download(cache_elems);
+        size_t bad = 0;
+        for (size_t i = 0; i < cache_elems; ++i) bad += got_k[i].bits != want_k[i].bits || got_v[i].bits != want_v[i].bits;
+        if (bad) r.fail("fused K/V store: ", bad, " cache elements differ from rope()'s rows at the tokens' positions");
+        return r;
+    }
     // Store this step's K/V and check every cache element (written rows, and that skipped rows kept
     // their data). Paged layers skip the first token of each slice (as if already cached).
     std::vector<cuda::KvStoreSlice> st;
@@ -492,6 +543,21 @@ inline std::vector<Case> cases() {
         for (int i = 0; i < 64; ++i) c.seqs.push_back({37 * i + 1, 1});
         edge("gpt_oss_decode_batch_64", c);
     }
+
+    // RoPE and the K/V store fused into the BF16 decode kernel: tile edges, splits (fused merge and merge
+    // kernel), the window ring and its boundaries, a replayed ring, pages of 64, a sharp softmax.
+    auto fr = [&](const char* name, Case c) {
+        c.fused_rope = true;
+        edge(name, std::move(c));
+    };
+    fr("rope_decode_first_token", {.seqs = {{0, 1}}});
+    fr("rope_decode_tile_edges", {.seqs = {{62, 1}, {63, 1}, {64, 1}, {65, 1}, {127, 1}, {128, 1}}});
+    fr("rope_decode_batch_mixed_lengths", {.seqs = {{0, 1}, {100, 1}, {1000, 1}, {4097, 1}, {31, 1}}});
+    fr("rope_decode_split_merge_kernel", {.merge_kernel = true, .seqs = {{5000, 1}, {70, 1}}});
+    fr("rope_window_decode_boundaries", {.window = 128, .seqs = {{126, 1}, {127, 1}, {128, 1}, {129, 1}, {1000, 1}}});
+    fr("rope_window_refilled_by_replay", {.window = 128, .seqs = {{300, 1, 250}, {64, 1, 64}}});
+    fr("rope_page_size_64", {.page_size = 64, .seqs = {{127, 1}, {64, 1}, {200, 1}}});
+    fr("rope_sharp_softmax", {.q_scale = 8.0f, .seqs = {{300, 1}, {50, 1}}});
 
     // FP8 KV cache (kv_fp8.h): the decode kernel's tile edges, splits (fused and merge kernel), windows
     // and replays, the sharp softmax, ragged mixes, then each prefill kernel's staging path.
@@ -635,6 +701,14 @@ inline std::vector<Case> cases() {
     }
     t.push_back(fp8_case(prefill(24576, 8192, 0, true)));
     t.push_back(fp8_case(prefill(0, 1024, 0, true)));
+    // Fused RoPE next to the plain decode lines (the difference is what the fusion adds to attention;
+    // bench_rope times the kernel it saves).
+    for (auto [b, ctx, win] : {std::tuple{1, 1024, 0}, {1, 8192, 0}, {1, 8192, 128}, {64, 8192, 0}, {128, 8192, 0}}) {
+        Case c = decode(b, ctx, win);
+        c.fused_rope = true;
+        c.label = str(c.label, " rope");
+        t.push_back(c);
+    }
 
     for (Case& c : t)
         if (c.use == Use::both && (flops_of(c) > 5e10 || cache_elems_of(c) > double(1 << 28))) c.use = Use::perf_only;

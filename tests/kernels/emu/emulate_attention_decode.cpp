@@ -74,8 +74,9 @@ struct Case {
     std::vector<Seq> seqs;
 };
 
-// fp8 && f16: the FP16-MMA FP8 kernel (the default), fp8 && !f16: its BF16-MMA variant.
-void run(const Case& c, bool fp8, bool f16, std::mt19937& rng) {
+// fp8 && f16: the FP16-MMA FP8 kernel (the default), fp8 && !f16: its BF16-MMA variant. rope (BF16
+// only): qkv unrotated, RoPE fused into the kernel with its K/V store into the cache (AttnArgs::rope_cos).
+void run(const Case& c, bool fp8, bool f16, bool rope, std::mt19937& rng) {
     const bool ring = c.window > 0;
     const int page = 16;
     const int rows = ring ? c.window + 3 : page;
@@ -123,6 +124,29 @@ void run(const Case& c, bool fp8, bool f16, std::mt19937& rng) {
     }
     std::vector<bf16> sinks(kNq);
     for (auto& s : sinks) s = float_to_bf16(us(rng));
+    // Fused RoPE: random cos/sin per (position, pair); the roped qkv as rope() makes it (rope_pair's
+    // expression, rounded to BF16), what the reference attends over and what the store must write.
+    int n_pos = 1;
+    for (const Seq& s : c.seqs) n_pos = std::max(n_pos, s.pos + 1);
+    std::vector<float> rcos(size_t(n_pos) * kD / 2), rsin(rcos.size());
+    std::uniform_real_distribution<float> angle(-3.2f, 3.2f);
+    for (size_t i = 0; i < rcos.size(); ++i) {
+        const float t = angle(rng);
+        rcos[i] = std::cos(t), rsin[i] = std::sin(t);
+    }
+    std::vector<bf16> roped = qkv;
+    if (rope)
+        for (int t = 0; t < n; ++t)
+            for (int head = 0; head < kNq + kNkv; ++head)
+                for (int d = 0; d < kD / 2; ++d) {
+                    bf16* x = &roped[size_t(t) * kLd + head * kD];
+                    const float x0 = bf16_to_float(qkv[size_t(t) * kLd + head * kD + d]);
+                    const float x1 = bf16_to_float(qkv[size_t(t) * kLd + head * kD + d + kD / 2]);
+                    const float cs = rcos[size_t(c.seqs[t].pos) * kD / 2 + d], sn = rsin[size_t(c.seqs[t].pos) * kD / 2 + d];
+                    x[d] = float_to_bf16(x0 * cs - x1 * sn);
+                    x[d + kD / 2] = float_to_bf16(x1 * cs + x0 * sn);
+                }
+    const std::vector<bf16> k_before = k_cache, v_before = v_cache;
 
     // Items as plan_attention cuts decode tokens with fixed splits (whole 64-key tiles each).
     std::vector<cuda::AttnItem> items;
@@ -162,6 +186,10 @@ void run(const Case& c, bool fp8, bool f16, std::mt19937& rng) {
         a.cache8 = {k8.data(), v8.data(), ks.data(), vs.data()};
         a.step8 = {sk8.data(), sv8.data(), sks.data(), svs.data()};
     }
+    if (rope) {
+        a.rope_cos = rcos.data(), a.rope_sin = rsin.data();
+        a.k_store = k_cache.data(), a.v_store = v_cache.data();
+    }
     if (fp8 && f16)
         cuda::emu_launch(int(items.size()), kNkv, cuda::kThreads, cuda::decode_fp8_smem_bytes(),
                          [&] { cuda::attention_decode_fp8_kernel<true>(a, items.data(), merges.data()); });
@@ -198,11 +226,11 @@ void run(const Case& c, bool fp8, bool f16, std::mt19937& rng) {
     for (int i = 0; i < n; ++i) {
         const Seq& s = c.seqs[i];
         std::vector<float> q(size_t(kNq) * kD), o(q.size()), fk(size_t(kNkv) * kD), fv(fk.size());
-        for (int j = 0; j < kNq * kD; ++j) q[j] = bf16_to_float(qkv[size_t(i) * kLd + j]);
+        for (int j = 0; j < kNq * kD; ++j) q[j] = bf16_to_float(roped[size_t(i) * kLd + j]);
         for (int g = 0; g < kNkv; ++g)
             for (int d = 0; d < kD; ++d) {
                 const size_t si = size_t(i) * kNkv + g;
-                fk[g * kD + d] = fp8 ? table[sk8[si * kD + d]] * sks[si] : bf16_to_float(qkv[size_t(i) * kLd + (kNq + g) * kD + d]);
+                fk[g * kD + d] = fp8 ? table[sk8[si * kD + d]] * sks[si] : bf16_to_float(roped[size_t(i) * kLd + (kNq + g) * kD + d]);
                 fv[g * kD + d] = fp8 ? table[sv8[si * kD + d]] * svs[si]
                                      : bf16_to_float(qkv[size_t(i) * kLd + (kNq + kNkv + g) * kD + d]);
             }
@@ -251,12 +279,31 @@ void run(const Case& c, bool fp8, bool f16, std::mt19937& rng) {
         if (!(err <= 1)) ++bad;
         if (!(err <= worst)) worst = err, worst_i = i;
     }
-    const bool fail = bad || !counters_clean;
+    // The fused store: each token's roped K row and its V row at its own position, every other cache
+    // element as it was (bit for bit); without it the caches are untouched.
+    size_t bad_store = 0;
+    {
+        std::vector<bf16> want_k = k_before, want_v = v_before;
+        if (rope)
+            for (int i = 0; i < n; ++i) {
+                const int p = c.seqs[i].pos, b = ring ? n_blocks - 1 - i : pages[i][p / rows];
+                for (int g = 0; g < kNkv; ++g)
+                    for (int d = 0; d < kD; ++d) {
+                        const size_t off = ((size_t(b) * kNkv + g) * rows + p % rows) * kD + d;
+                        want_k[off] = roped[size_t(i) * kLd + (kNq + g) * kD + d];
+                        want_v[off] = qkv[size_t(i) * kLd + (kNq + kNkv + g) * kD + d];
+                    }
+            }
+        for (size_t e = 0; e < want_k.size(); ++e)
+            bad_store += want_k[e].bits != k_cache[e].bits || want_v[e].bits != v_cache[e].bits;
+    }
+    const bool fail = bad || !counters_clean || bad_store;
     std::printf("%s %s %s (%zu items x %d heads): worst token %zu head %zu dim %zu got %g want %g (%.3g x bound)%s",
-                fail ? "FAIL" : "ok  ", fp8 ? (f16 ? "fp8/f16 " : "fp8/bf16") : "bf16    ", c.name, items.size(), kNkv, worst_i / (kNq * kD),
+                fail ? "FAIL" : "ok  ", fp8 ? (f16 ? "fp8/f16 " : "fp8/bf16") : rope ? "bf16+rope" : "bf16    ", c.name, items.size(), kNkv, worst_i / (kNq * kD),
                 (worst_i % (kNq * kD)) / kD, worst_i % kD, double(bf16_to_float(out[worst_i])), want[worst_i], worst,
                 counters_clean ? "" : ", merge counters left non-zero");
     if (bad) std::printf(", %zu of %zu bad", bad, out.size());
+    if (bad_store) std::printf(", %zu cache elements wrong", bad_store);
     failures += fail;
     std::printf("\n");
     std::fflush(stdout);
@@ -277,8 +324,9 @@ int main(int argc, char** argv) {
         {.name = "window_ring", .window = 128, .seqs = {{127}, {128}, {400}, {5}}},
         {.name = "window_replay_split", .window = 128, .splits = 2, .seqs = {{600, 550}, {300}}},
     };
-    for (int mode = 0; mode < 3; ++mode)  // BF16 cache; FP8 with FP16 MMAs; FP8 with BF16 MMAs
-        for (const Case& c : cases) run(c, mode > 0, mode == 1, rng);
+    // BF16 cache; FP8 with FP16 MMAs; FP8 with BF16 MMAs; BF16 with RoPE and the K/V store fused
+    for (int mode = 0; mode < 4; ++mode)
+        for (const Case& c : cases) run(c, mode == 1 || mode == 2, mode == 1, mode == 3, rng);
     std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
     return failures ? 1 : 0;
 }
