@@ -18,10 +18,7 @@
 #include <random>
 #include <string>
 
-#include "model/cuda/gpt_oss_cuda.h"
-#include "model/gpt_oss_ref.h"
-#include "model/synthetic.h"
-#include "model/test_reference_util.h"
+#include "model/cuda_test_util.h"
 
 namespace osprey::model {
 namespace {
@@ -29,63 +26,21 @@ namespace {
 constexpr double kLogitBound = 2e-2;
 constexpr double kStepBound = 3e-2;
 
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
-int argmax(std::span<const float> row) { return int(std::max_element(row.begin(), row.end()) - row.begin()); }
-
-const Weights& tiny_weights() {
-    static const Weights w = [] {
-        const auto dir = test::synthetic_checkpoint("cuda-tiny", preset_config("tiny"), 7);
-        return Weights::load(dir);
-    }();
-    return w;
-}
+using test::argmax;
+using test::random_prompt;
+using test::rel_l2;
+using test::tiny_weights;
 
 CudaRunnerOptions fp8_options(bool graphs) {
-    return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
-                             .graphs = graphs, .kv_dtype = KvDtype::fp8_e4m3};
+    CudaRunnerOptions o = test::tiny_cuda_options(graphs);
+    o.kv_dtype = KvDtype::fp8_e4m3;
+    return o;
 }
 
-struct Pair {
-    CpuReference cpu;
-    CudaRunner gpu;
-    KvLayout gpu_layout;
+struct Pair : test::CudaCpuPair {
     explicit Pair(bool graphs)
-        : cpu(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3}), gpu(tiny_weights(), fp8_options(graphs)) {
-        cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
-        gpu_layout = kv_layout_for(gpu, 16, 256, 8);
-        gpu.allocate_kv(gpu_layout);
-    }
-    double forward(const ForwardBatch& b, std::vector<float>* cpu_logits = nullptr) {
-        cpu.forward(b);
-        gpu.forward(b);
-        std::vector<float> lc, lg;
-        cpu.logits_to_host(lc);
-        gpu.logits_to_host(lg);
-        EXPECT_EQ(lc.size(), lg.size());
-        const int V = cpu.config().vocab_size;
-        double worst = 0;
-        for (size_t r = 0; r < lc.size() / V; ++r)
-            worst = std::max(worst, rel_l2(std::span(lg).subspan(r * V, V), std::span(lc).subspan(r * V, V)));
-        if (cpu_logits) *cpu_logits = lc;
-        return worst;
-    }
+        : CudaCpuPair(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3}, fp8_options(graphs)) {}
 };
-
-std::vector<int32_t> random_prompt(int n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % 200000);
-    return t;
-}
 
 TEST(cuda_fp8_kv, runner_reports_fp8_and_sizes_its_cache_by_the_spec) {
     CudaRunner gpu(tiny_weights(), fp8_options(false));
@@ -133,7 +88,7 @@ TEST(cuda_fp8_kv, long_prompt_in_chunks_then_32_greedy_steps) {
         b.tokens = {next};
         b.slices.push_back(test::slice_for(s, 0, 1));
         std::vector<float> cpu_logits;
-        worst = std::max(worst, p.forward(b, &cpu_logits));
+        worst = std::max(worst, p.forward(b, nullptr, &cpu_logits));
         s.n_computed += 1;
         std::vector<int32_t> greedy;
         p.gpu.greedy(greedy);

@@ -15,6 +15,7 @@
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
 #include "model/test_reference_util.h"
+#include "model/cuda_test_util.h"
 
 namespace osprey::model {
 namespace {
@@ -22,23 +23,8 @@ namespace {
 constexpr double kLogitBound = 2e-2;
 constexpr double kHiddenBound = 3e-2;
 
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
-const Weights& tiny_weights() {
-    static const Weights w = [] {
-        const auto dir = test::synthetic_checkpoint("cuda-spec-tiny", preset_config("tiny"), 7);
-        return Weights::load(dir);
-    }();
-    return w;
-}
+using test::rel_l2;
+using test::tiny_weights;
 
 constexpr int kSlack = 4;
 

@@ -21,39 +21,20 @@
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
 #include "model/test_reference_util.h"
+#include "model/cuda_test_util.h"
 
 namespace osprey::model {
 namespace {
 
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
-const Weights& tiny_weights() {
-    static const Weights w = [] {
-        const auto dir = test::synthetic_checkpoint("cuda-tiny", preset_config("tiny"), 7);
-        return Weights::load(dir);
-    }();
-    return w;
-}
+using test::rel_l2;
+using test::tiny_weights;
 
 CudaRunnerOptions gpu_options(bool w4a8) {
     return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
                              .graphs = false, .moe_w4a8 = w4a8};
 }
 
-std::vector<int32_t> random_prompt(int n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % 200000);
-    return t;
-}
+using test::random_prompt;
 
 ForwardBatch prefill(const std::vector<int32_t>& tokens) {
     test::Seq s;
