@@ -1,5 +1,5 @@
 // What kernels/cuda/moe_decode.cu and moe_mid.cu need beyond cuda_emulation.h, for running its device code on the
-// CPU (scripts/emulate_moe_decode.sh): uint4, BF16 conversions and bf16x2 multiply, byte_perm,
+// CPU (scripts/emulate_moe_decode.sh): uint4, float4, BF16 conversions and bf16x2 multiply, byte_perm,
 // cache-hinted loads and stores, fences, and a warp-collective mma.sync m16n8k16 (BF16 in, FP32
 // accumulate) that gathers the 32 lanes' fragments exactly as PTX lays them out. PDL is a no-op
 // (the emulated grids run one after the other); dynamic shared memory is g_dyn_smem.
@@ -27,6 +27,12 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
     return {a, b, c, d};
 }
 inline dim3 gridDim;
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float a, float b, float c, float d) {
+    return {a, b, c, d};
+}
 #define __align__(n) alignas(n)
 
 struct __nv_bfloat16 {
@@ -73,6 +79,9 @@ inline void __stcg(float* p, float v) {
     std::atomic_ref<float>(*p).store(v);
 }
 inline void __threadfence() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+inline void __threadfence_block() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 inline void __syncwarp() {
