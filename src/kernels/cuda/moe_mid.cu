@@ -1,8 +1,9 @@
 // The mid-batch MoE projections (see moe_mid.h for the contract and the outline).
 //
-// Kernels: moe_mid_kernel<mlp1 | mlp2, kMt, kNt>: persistent, one CTA per SM, kConsumerWarps
-// consumer warps and one producer warp; mlp1 reads h itself (through sorted_rows), so there is no
-// gather launch.
+// Kernels: moe_mid_kernel<mlp1 | mlp2, kMt, kNt>: persistent, one CTA per SM of kConsumerWarps = 8
+// warps and no producer warp (a ninth warp would cap every thread at 168 registers, the register
+// file being split over the 4 schedulers; with 8, x and the accumulators fit: 233-242 registers for
+// <2, 3>, no spills with nvcc 13.0); mlp1 reads h itself (through sorted_rows): no gather launch.
 //
 // Work split. A chunk is kRows = 16 kMt consecutive weight rows of one expert over the whole K:
 // one contiguous run of MXFP4 blocks [kRows][n_groups][16 B], one of scales [kRows][n_groups] and
@@ -14,11 +15,12 @@
 // routing. Experts with more than kTok routed rows are streamed once per token block (20b batch
 // 128 has ~16 rows per expert on average; 120b ~4).
 //
-// Pipeline. The producer warp's lane 0 copies each item's chunk with three cp.async.bulk (blocks,
-// scales, biases: ~46 KB + 2.9 KB + 64 B at d = 2880, kMt = 2) into a ring of n_stages stages
-// (full / empty mbarriers; as many stages as shared memory holds, up to kMaxStages: 3 at d = 2880,
-// kMt = 2), with the L2 evict_first policy (read once). mlp2's producer starts before mlp2 waits
-// for mlp1 (weights only; griddepcontrol.wait guards the consumers' reads of u).
+// Pipeline. Each item's chunk comes with three cp.async.bulk (blocks, scales, biases: ~46 KB + 2.9 KB
+// + 64 B at d = 2880, kMt = 2) into a ring of n_stages stages (as many as shared memory holds beside
+// the partial sums, up to kMaxStages: 3 at d = 2880, kMt = 2; full mbarriers count the bytes), with
+// the L2 evict_first policy (read once). Thread 0 issues the first n_stages at the start (mlp2: before
+// it waits for mlp1, weights only); afterwards the last of the 8 warps to finish reading a stage (a
+// shared counter, atomicAdd after a CTA fence) issues the copies of the item n_stages later into it.
 //
 // Compute. The 8 consumer warps split each chunk's K: warp w takes k-steps (128 inputs = 4 MXFP4
 // groups) w, w + 8, w + 16 (kMaxSteps = 3: n_in <= 3072). Its activation (B) fragments depend only
@@ -51,10 +53,17 @@
 // ~216 issue slots (4 schedulers) and ~108 ALU-pipe slots (half rate). Needed: 154-170 issue slots
 // (71-79%) and 72 ALU slots (67%). With 8 consumer warps (2 per scheduler) and dependent decode
 // chains, the issue rate moe_decode reaches (~1.5 per clock per SM measured by ncu) would give ~40%;
-// the design here has no split-K reduction per 3 k-steps of one m-tile (moe_decode: per 16-row chunk)
-// but 2 m-tiles x nt n-tiles of independent work per k-step, so more instruction-level parallelism:
-// expected 50-65% of 4.64 TB/s at 20b batch 16-128 (~150-190 µs per layer against narrow's 249-284
-// µs), 120b alike. Not measured (bench_moe_decode ... mid on the H200 says).
+// here each warp's share of a chunk is 2 m-tiles (two independent decode chains) x nt n-tiles of
+// mma per k-step, one partial-sum exchange per 32 rows (moe_decode: per 16) and no activation loads,
+// so more instruction-level parallelism: at ~2 instructions per clock per SM, 77-85 clocks per KB,
+// i.e. 13 B/clock: ~65%; at moe_decode's 1.5: ~50%. Expected, 20b (bench_moe_decode's bytes: 374 MB
+// at 16 tokens, 424 MB at 64 and 128), mlp1 + mlp2 per layer against narrow's measured figures:
+//   16 tokens (nt = 1):        ~125-160 µs   (narrow 249, auto 181)
+//   64 tokens (nt = 1-2):      ~140-180 µs   (narrow 274)
+//   128 tokens (nt = 2-3, ~1% of experts over 24 rows at uniform routing: two blocks):
+//                              ~150-190 µs   (narrow 284)
+// plus ~5 µs per call of fixed cost (two launches, the first chunks' latency, 1-3 activation loads
+// per CTA); 120b alike per byte (nt = 1). Not measured: bench_moe_decode ... mid on the H200 says.
 //
 // FP4 decode cost: each weight is decoded once per token block and feeds nt n-tiles. Cheaper
 // per-nibble schemes considered: an 8-entry prmt lookup gives the magnitude bytes in 2 ops per 4

@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -121,8 +122,16 @@ inline void mbar_arrive(mbar_t* b) {
     --b->pending;
     b->complete_if_done();
 }
+// Spins a little, then sleeps between polls: hundreds of emulated threads wait at once, and yielding
+// alone keeps them all runnable (the emulations slowed each other down on a shared 2-core machine).
 inline void mbar_wait(mbar_t* b, uint32_t parity) {
-    while ((b->phase.load() & 1u) == parity) std::this_thread::yield();
+    for (int n = 0; (b->phase.load() & 1u) == parity; ++n) {
+        if (n < 64) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
 }
 inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b, uint64_t) {
     if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
