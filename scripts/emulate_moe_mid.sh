@@ -7,8 +7,9 @@
 # compares with the CPU reference on small shapes (9..128 tokens, skewed routings, grids of 2 to 132
 # CTAs) for every variant (kMoeMidVariants; the default one with the most cases), and on the 20b /
 # 120b shapes on a few of their 132 CTAs.
-#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants|big]]
-#          ("variants": only the other variants' cases; "big": only the 20b / 120b cases)
+#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants|big|quick]]
+#          ("variants": only the other variants' cases; "big": only the 20b / 120b cases; "quick": a few
+#          cases of every kind, ~10 minutes; the default runs everything, hours on 2 cores)
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -9,8 +9,8 @@
 // tiles filled from the reference, checking the elements their items own and that every other
 // element is left untouched. Dynamic shared memory starts as NaN bytes, and the u tiles and y too,
 // so data read from stages the bulk copies did not fill, or outputs not written, would show.
-//   usage: emulate_moe_mid [seed [variants | big]]   (variants: only the other variants' cases;
-//          big: only the 20b / 120b cases)
+//   usage: emulate_moe_mid [seed [variants | big | quick]]   (variants: only the other variants'
+//          cases; big: only the 20b / 120b cases; quick: a few cases of every kind)
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -339,6 +339,21 @@ int main(int argc, char** argv) {
                             run(s, w1, w2, t, routing, grid, variant, rng);
                         }
         }
+    // A few cases of every kind, for a quick check: partial k-steps, warps with 1-3 k-steps, several
+    // token blocks per expert, every variant, CTAs with no item.
+    if (only == "quick") {
+        const Shape& odd = shapes[1];
+        const Shape& wide = shapes[3];
+        const Weights o1(odd.n_experts, 2 * odd.d_ff, odd.d_model, rng), o2(odd.n_experts, odd.d_model, odd.d_ff, rng);
+        for (int variant = 0; variant < cuda::kMoeMidVariants; ++variant) {
+            run(odd, o1, o2, 128, 2, 3, variant, rng);
+            run(odd, o1, o2, 31, 0, 132, variant, rng);
+        }
+        const Weights w1(wide.n_experts, 2 * wide.d_ff, wide.d_model, rng),
+            w2(wide.n_experts, wide.d_model, wide.d_ff, rng);
+        run(wide, w1, w2, 40, 2, 2, 0, rng);
+        run(wide, w1, w2, 128, 0, 132, 2, rng);
+    }
     // The gpt-oss shapes on 132 CTAs, a few CTAs each: the first, one in the middle, the last.
     if (only.empty() || only == "big") {
         const Shape big[] = {{"20b", 32, 2880, 2880}, {"120b", 128, 2880, 2880}};
