@@ -9,7 +9,7 @@
 # 120b shapes on a few of their 132 CTAs.
 #   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants|big|quick]]
 #          ("variants": only the other variants' cases; "big": only the 20b / 120b cases; "quick": a few
-#          cases of every kind, ~10 minutes; the default runs everything, hours on 2 cores)
+#          cases of every kind; the default runs everything: hours on 2 shared cores)
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
