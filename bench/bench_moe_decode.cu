@@ -1,6 +1,6 @@
 // The decode MoE block (kernels/cuda/moe_decode.h, 2 launches) next to the current MoE step (route,
 // group, mlp1, mlp2, combine: "whole step (auto)"), at gpt-oss-20b / 120b shapes for T = 1, 2, 4, 8;
-// and the mid-batch path (kernels/cuda/moe_mid.h: gather, mlp1, mlp2) for T = 16, 32, 64, 128 next
+// and the mid-batch path (kernels/cuda/moe_mid.h: mlp1, mlp2) for T = 16, 32, 64, 128 next
 // to moe_mlp1 + moe_mlp2 forced to the narrow tiling (what MoeStep ran there before) and to the
 // automatic choice, all on the same grouping (route + group run once per input set, outside the
 // timing), plus "mid + route + group": the launches MoeStep::run makes on the mid path. The
@@ -271,7 +271,7 @@ void run_mid_shape(const char* name, int n_experts) {
                                        .top_k = kTopK},
                                       s);
         };
-        auto mid = [&](int i, cudaStream_t s, bool pdl, bool prefetch = true, int variant = -1) {
+        auto mid = [&](int i, cudaStream_t s, bool pdl, int variant = -1) {
             MidInputs& b = in[i % kInputs];
             const Layer& l = *layers[i % kLayers];
             cuda::moe_mid({.y = b.y.get(),
@@ -288,7 +288,6 @@ void run_mid_shape(const char* name, int n_experts) {
                            .d_model = d_model,
                            .d_ff = d_ff,
                            .pdl = pdl,
-                           .l2_prefetch = prefetch,
                            .variant = variant},
                           s);
         };
@@ -329,11 +328,9 @@ void run_mid_shape(const char* name, int n_experts) {
         report(label, t_mid, bytes);
         std::snprintf(label, sizeof label, "%s %d tok moe_mid (no PDL)", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, false); }), bytes);
-        std::snprintf(label, sizeof label, "%s %d tok moe_mid (no L2 prefetch)", name, n_tokens);
-        report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, false); }), bytes);
         for (int v = 0; v < cuda::kMoeMidVariants; ++v) {
             std::snprintf(label, sizeof label, "%s %d tok moe_mid variant %d", name, n_tokens, v);
-            report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, true, v); }), bytes);
+            report(label, time_graph_us([&](int i, cudaStream_t s) { mid(i, s, true, v); }), bytes);
         }
         std::snprintf(label, sizeof label, "%s %d tok mid + route + group", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) {

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Checks the mid-batch MoE kernels' logic (item table and work split, the k-block ring and item slots,
-# per-row weight copies, tile layout and swizzle, fragment mapping, FP4 decode, partial k-steps,
-# epilogues) on a machine without a GPU: extracts the device code of src/kernels/cuda/moe_mid.cu,
-# compiles it as C++ against the CPU emulation (tests/kernels/emu/cuda_emulation.h +
-# moe_decode_emulation.h: one std::thread per CUDA thread) and compares with the CPU reference on
-# small shapes, skewed routings and several grid sizes, for every variant (kMoeMidVariants: token
-# blocks of 64, 32 and 16 rows, one or two k-blocks per stage; the default one with the most cases).
-#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants]]   ("variants": only the others)
+# Checks the mid-batch MoE kernels' logic (item table, token blocks and work split, the chunk ring and
+# its refills, the partial-sum ring, B fragments in registers, u tile layout, fragment mapping, FP4
+# decode, partial k-steps, epilogues) on a machine without a GPU: extracts the device code of
+# src/kernels/cuda/moe_mid.cu, compiles it as C++ against the CPU emulation
+# (tests/kernels/emu/cuda_emulation.h + moe_decode_emulation.h: one std::thread per CUDA thread) and
+# compares with the CPU reference on small shapes (9..128 tokens, skewed routings, grids of 2 to 132
+# CTAs) for every variant (kMoeMidVariants; the default one with the most cases), and on the 20b /
+# 120b shapes on a few of their 132 CTAs.
+#   usage: scripts/emulate_moe_mid.sh BUILD_DIR [seed [variants|big|quick]]
+#          ("variants": only the other variants' cases; "big": only the 20b / 120b cases; "quick": a few
+#          cases of every kind; the default runs everything: hours on 2 shared cores)
 #   BUILD_DIR: a configured build with osprey_kernels_cpu and osprey_core built.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"

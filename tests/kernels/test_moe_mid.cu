@@ -2,9 +2,9 @@
 // MoeStep runs it) against the CPU reference (routing.h, mxfp4_matmul.h, swiglu.h; per-element error
 // bounds from moe_block_check.h) and against the grouped GEMM path (route -> group -> mlp1 -> mlp2
 // -> combine), for 9..128 tokens, the tiny / 20b / 120b expert shapes and an odd one (rows of 3 and
-// 5 MXFP4 groups: partial k-steps; 320 and 96 weight rows: short row tiles), realistic and extreme
+// 5 MXFP4 groups: partial k-steps; 320 and 96 weight rows: 10 and 3 chunks), realistic and extreme
 // scale bytes, and routings with ties, shared experts (4 experts with every token: several token
-// blocks per expert at 65+ tokens), one expert with every token (skewed), disjoint experts and
+// blocks per expert at 25+ tokens), one expert with every token (skewed), disjoint experts and
 // experts with no tokens. Also: bit-identical results across runs, with and without programmatic
 // dependent launch, and when replayed from a CUDA graph.
 #include <gtest/gtest.h>
@@ -213,9 +213,10 @@ INSTANTIATE_TEST_SUITE_P(shapes, MoeMid,
                                             ::testing::Values(9, 16, 31, 64, 100, 128)),
                          name_of);
 
-// skewed: one expert gets every token (128 tokens: two token blocks of 64); shared: four experts get
-// every token and the others none; disjoint: 4 tokens' experts apart (tiny / odd: every expert many
-// times over); ties: the lowest ids win.
+// skewed: one expert gets every token (65 / 128 tokens: 3 / 6 token blocks of 21-22 rows, each
+// streaming the expert's weights once); shared: four experts get every token and the others none;
+// disjoint: 4 tokens' experts apart (tiny / odd: every expert many times over); ties: the lowest ids
+// win.
 TEST(MoeMidRouting, skewed_shared_disjoint_and_tied_experts) {
     for (const Shape& s : {kTiny, kOdd, k20b, k120b})
         for (Routing r : {Routing::skewed, Routing::shared})
@@ -231,8 +232,8 @@ TEST(MoeMidScales, extreme_scale_bytes) {
     for (int t : {16, 128}) check_mid(k20b, t, Routing::random, true);
 }
 
-// Every variant (token blocks of 64 / 32 / 16 rows, one or two k-blocks per stage): skewed experts
-// split over several items, partial stages, and with and without the L2 prefetch on the default.
+// Every variant (chunks of 32 or 16 weight rows, token blocks of 24 or 16 routed rows): skewed experts
+// split over several token blocks.
 TEST(MoeMidVariants, every_variant) {
     for (int v = 0; v < cuda::kMoeMidVariants; ++v) {
         check_mid(k20b, 128, Routing::skewed, false, v);
@@ -240,24 +241,6 @@ TEST(MoeMidVariants, every_variant) {
         check_mid(kOdd, 31, Routing::skewed, false, v);
         check_mid(kTiny, 100, Routing::shared, false, v);
     }
-}
-
-TEST(MoeMidVariants, without_l2_prefetch) {
-    const Shape& s = k20b;
-    const Experts& ex = experts_for(s, false);
-    const uint32_t seed = fresh_seed();
-    const int n_tokens = 64;
-    const std::vector<bf16> h = random_bf16(size_t(n_tokens) * s.d_model, seed + 1, -2.0f, 2.0f);
-    const std::vector<float> logits = make_logits(s, n_tokens, Routing::random, seed + 2);
-    MidRun r(s, ex, h, logits, n_tokens);
-    const std::vector<float> with = r.run(true);
-    cuda::MoeMidArgs a = r.args(true);
-    a.l2_prefetch = false;
-    r.y.fill_bytes(0xFF);
-    cuda::moe_mid(a, nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<float> without = r.y.download();
-    EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)));
 }
 
 // Captured once into a CUDA graph (as the forward does) and replayed: the same bits as eager runs.

@@ -1,60 +1,71 @@
 // The mid-batch MoE projections (see moe_mid.h for the contract and the outline).
 //
-// Kernels:
-//   gather_kernel: sorted row p = sorted_rows[p] (t * 4 + slot), h[t] -> tile layout (moe_mid_act_index),
-//                  zeros past d_model. One thread per 16-byte unit.
-//   moe_mid_kernel<mlp1 | mlp2>: persistent, one CTA per SM: kConsumerWarps consumer warps and one
-//                  producer warp.
+// Kernels: moe_mid_kernel<mlp1 | mlp2, kMt, kNt>: persistent, one CTA per SM of kConsumerWarps = 8
+// warps and no producer warp (a ninth warp would cap every thread at 168 registers, the register
+// file being split over the 4 schedulers; with 8, x and the accumulators fit: 233-242 registers for
+// <2, 3>, no spills with nvcc 13.0); mlp1 reads h itself (through sorted_rows): no gather launch.
 //
-// Work split. Every CTA reads expert_offsets and builds the same item table: expert e with n_e routed
-// rows has ceil(n_e / kTok) token blocks x ceil(n_out / 128) row tiles, numbered expert-major,
-// then row tile, then token block. CTA b takes items [N b / grid, N (b + 1) / grid): each item
-// streams 128 rows x n_in of one expert (the last row tile may be shorter), so the weight bytes per
-// CTA are equal to within one item, whatever the routing. Items of one expert with several token
-// blocks follow each other, so the repeated rows come from L2 (typically the same CTA, one item
-// later).
+// Work split. A chunk is kRows = 16 kMt consecutive weight rows of one expert over the whole K:
+// one contiguous run of MXFP4 blocks [kRows][n_groups][16 B], one of scales [kRows][n_groups] and
+// one of biases [kRows] (as moe_decode's 16-row chunks). An expert with n_e routed rows is cut into
+// n_tb = ceil(n_e / kTok) token blocks of balanced sizes (kTok = 8 kNt); an item is (expert, token
+// block, chunk), numbered expert-major, then token block, then chunk. Every CTA reads
+// expert_offsets, builds the same item table and takes items [N b / grid, N (b + 1) / grid): every
+// item streams the same weight bytes, so every SM streams the same bytes (to one chunk) for any
+// routing. Experts with more than kTok routed rows are streamed once per token block (20b batch
+// 128 has ~16 rows per expert on average; 120b ~4).
 //
-// Variants (template <kTok, kMul>, moe_mid.h): kTok routed rows per item (accumulators: kTok / 8
-// n-tiles), kMul k-blocks of 256 inputs per ring stage; the numbers below are for variant 0 <64, 1>.
+// Pipeline. Each item's chunk comes with three cp.async.bulk (blocks, scales, biases: ~46 KB + 2.9 KB
+// + 64 B at d = 2880, kMt = 2) into a ring of n_stages stages (as many as shared memory holds beside
+// the partial sums, up to kMaxStages: 3 at d = 2880, kMt = 2; full mbarriers count the bytes), with
+// the L2 evict_first policy (read once). Thread 0 issues the first n_stages at the start (mlp2: before
+// it waits for mlp1, weights only); afterwards the last of the 8 warps to finish reading a stage (a
+// shared counter, atomicAdd after a CTA fence) issues the copies of the item n_stages later into it.
 //
-// Pipeline. Per item the producer warp copies the item's scales [rows][n_groups] and biases [rows]
-// into one of two item slots (ifull / iempty barriers), then for each k-block of 256 inputs fills a
-// ring stage (full / empty barriers, kStages deep) with
-//   - weights: one cp.async.bulk per weight row (32 lanes issue them), 8 groups x 16 B = 128 B per
-//     row (fewer in the last k-block when n_in is not a multiple of 256), stage layout [128][128 B];
-//   - activations: one cp.async.bulk of the item's [n rows][512 B] (the tile layout keeps each
-//     expert's rows contiguous inside a k-block), L2 evict_last: every row tile of the expert reads
-//     them again.
-// mlp2's producer issues its first weight copies before waiting for mlp1 (griddepcontrol.wait),
-// so its ring starts filling while mlp1 drains.
-// The row copies read 128 B every 1440 B (20b / 120b rows): scattered over DRAM pages. Unless
-// $OSPREY_MOE_MID_PREFETCH=0, the producer first asks L2 for the item's whole row range (one
-// contiguous run of 128 rows x n_in / 2 bytes, ~184 KB; 132 SMs keep ~24 MB of L2 busy with it) with
-// one cp.async.bulk.prefetch.L2, so that HBM is read in order and the row copies hit L2. Which is
-// faster is for the H200 to say (bench_moe_decode ... mid, with and without the variable).
+// Compute. The 8 consumer warps split each chunk's K: warp w takes k-steps (128 inputs = 4 MXFP4
+// groups) w, w + 8, w + 16 (kMaxSteps = 3: n_in <= 3072). Its activation (B) fragments depend only
+// on (token block, k-step), so each warp keeps them in registers, x[kMaxSteps][kNt][4] (uint4:
+// 48 registers per 8-token n-tile), loaded from L2 when the token block changes (mlp1: h rows
+// through sorted_rows, permuted to the decode's pair order as moe_decode does; mlp2: u tiles, already
+// in that order): 1-3 times per CTA and projection, so the only shared-memory reads per weight are
+// the weights themselves. Per k-step, lane (g, c) takes group 4 s + c of rows g and g + 8 of each
+// m-tile of the chunk (2 ld.shared.v4 + 2 scale bytes per m-tile), decodes them once (moe_fp4.cuh)
+// and feeds 2 mma.sync m16n8k16 per quad and n-tile (weights as A, tokens as B). The 8 warps' partial
+// sums [kMt][nt][4] meet in a ring of kRedBufs shared buffers; warp (item index mod 8), the item's
+// finisher, adds them in warp order (deterministic, no atomics) and runs the epilogue: mlp1 adds b1,
+// applies the clamped SwiGLU (gate / up rows are neighbours: lanes g and g ^ 1) and stores u in the
+// tile layout (moe_mid_act_index); mlp2 adds b2 and stores y per routed row. The finisher rotates, so
+// no warp waits for another's epilogue; only it waits for the 8 partials.
 //
-// Compute. Consumer warp w owns rows 16w..16w+15 of the item (idle if the item has fewer rows) and
-// every token of it: acc[n-tile][4] for up to kTok / 8 n-tiles, summed over the whole K in one
-// fixed order (no split-K, deterministic). Per k-step (128 inputs = 4 MXFP4 groups), lane (g, c):
-//   - 2 ld.shared.v4 (rows g and g + 8 of group c: 32 weights each) + 2 scale bytes;
-//   - decode to 4 x 2 BF16x2 per quad i (moe_fp4.cuh: and, imad, and, mul.bf16x2 per pair);
-//   - per n-tile: 1 ld.shared.v4 of B (token g of the n-tile, the quad-i unit of group c, already
-//     in the pair order of the decode) and 2 mma.sync m16n8k16.
-// Instruction budget per KB of weights (one warp k-step, 16 rows x 128 inputs), nt = n-tiles:
-//   decode ~136 (8 words x 17) + ~12 loads/scales/addressing + nt x (4 ld.shared + 8 mma + ~4)
-//   = ~150 + 16 nt warp-instructions: nt = 1..2 (20b batch 64-128, 120b batch 128) ~170-180 per KB.
-// The H200 issues 4 warp-instructions per clock per SM (integer ALU ops at half that); at 55% of
-// 4.64 TB/s an SM must retire ~11 B/clock (1.755 GHz), i.e. ~370 issue slots per KB: ~45-50% of
-// the issue rate with ~80 ALU ops per KB (~2 per clock needed: 40 clocks of the 93). Shared memory
-// per KB of weights: 1 KB written by the bulk copies + 1 KB of A reads (2-way bank conflict: the
-// rows are 128 B apart, ~2 KB of wavefronts) + nt x 2 KB of B reads: ~7 KB at nt = 2, ~60% of the
-// 128 B/clock at 11 B/clock of weights. Expected (not measured): 55-65% of 4.64 TB/s at 20b
-// batch 32-128 and 120b batch 64-128; lower at 120b batch 16 (~60% of a k-block's stage holds
-// activations nobody needs, and few rows per expert); skewed experts with 64+ routed rows become
-// mma / shared-memory bound on their own items only.
+// Budget per KB of MXFP4 blocks (one warp k-step on one m-tile: 16 rows x 128 inputs), nt = n-tiles
+// of the token block (1 at 20b batch 16 and 120b up to 128, 1-2 at 20b batch 64, 2-3 at 20b 128):
+//   bytes: 1 KB blocks + 64 B scales, each read once from HBM (one bulk copy per ~49 KB run; the
+//   previous design issued one per 128 B row segment and was bound by that: 9% of 4.64 TB/s) and
+//   once from shared memory (2 ld.shared.v4, the 2-way bank conflict of 1440-byte rows: 2 KB of
+//   wavefronts); activations come from registers (the old design read nt x 2 KB of B per KB from
+//   shared memory).
+//   instructions (warp): 4 loads + ~6 scale / address ops + the decode, 8 words x 17 (shift, then
+//   per pair and, imad, and, mul.bf16x2) = 136, + 8 nt mma  =>  ~146 + 8 nt per KB; per chunk and warp
+//   the reduction adds kMt nt float4 stores and, for the finisher, 8 kMt nt float4 loads + the
+//   epilogue (~1-3% spread over the chunk's ~46 KB).
+//   Of which ALU-pipe (and, shift) ~72 per KB, FMA-pipe (imad, mul.bf16x2) ~64, tensor 8 nt.
+// At 100% of 4.64 TB/s an SM must take 20 B/clock (132 SMs, 1.755 GHz): ~54 clocks per KB, i.e.
+// ~216 issue slots (4 schedulers) and ~108 ALU-pipe slots (half rate). Needed: 154-170 issue slots
+// (71-79%) and 72 ALU slots (67%). With 8 consumer warps (2 per scheduler) and dependent decode
+// chains, the issue rate moe_decode reaches (~1.5 per clock per SM measured by ncu) would give ~40%;
+// here each warp's share of a chunk is 2 m-tiles (two independent decode chains) x nt n-tiles of
+// mma per k-step, one partial-sum exchange per 32 rows (moe_decode: per 16) and no activation loads,
+// so more instruction-level parallelism: at ~2 instructions per clock per SM, 77-85 clocks per KB,
+// i.e. 13 B/clock: ~65%; at moe_decode's 1.5: ~50%. Expected, 20b (bench_moe_decode's bytes: 374 MB
+// at 16 tokens, 424 MB at 64 and 128), mlp1 + mlp2 per layer against narrow's measured figures:
+//   16 tokens (nt = 1):        ~125-160 µs   (narrow 249, auto 181)
+//   64 tokens (nt = 1-2):      ~140-180 µs   (narrow 274)
+//   128 tokens (nt = 2-3, ~1% of experts over 24 rows at uniform routing: two blocks):
+//                              ~150-190 µs   (narrow 284)
+// plus ~5 µs per call of fixed cost (two launches, the first chunks' latency, 1-3 activation loads
+// per CTA); 120b alike per byte (nt = 1). Not measured: bench_moe_decode ... mid on the H200 says.
 //
-// FP4 decode cost: at 9-128 tokens the lever is reuse, not a cheaper decode: each weight is decoded
-// once per item and feeds nt n-tiles (moe_decode decodes it for 8 token columns at most). Cheaper
+// FP4 decode cost: each weight is decoded once per token block and feeds nt n-tiles. Cheaper
 // per-nibble schemes considered: an 8-entry prmt lookup gives the magnitude bytes in 2 ops per 4
 // nibbles but the sign and the second byte of each BF16 cost 2 more per pair (no gain over and /
 // imad / and); adding the E8M0 scale to the exponent field instead of mul.bf16x2 breaks the FP4
@@ -84,33 +95,32 @@ namespace {
 
 constexpr int kTopK = 4;
 constexpr int kConsumerWarps = 8;
-constexpr int kWarps = kConsumerWarps + 1;
-constexpr int kProducerWarp = kConsumerWarps;
+constexpr int kWarps = kConsumerWarps;  // no producer warp: the last warp done with a stage refills it
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTileRows = 16 * kConsumerWarps;  // weight rows per item (one m-tile per warp)
-constexpr int kKb = 256;                        // inputs per k-block of the tile layout (moe_mid_act_index)
-constexpr int kKbGroups = kKb / 32;
-constexpr int kActRowBytes = kKb * 2;  // one activation row of a k-block
-constexpr int kRingBytes = 192 * 1024;
+constexpr int kKb = 256;  // inputs per k-block of the u tile layout (moe_mid_act_index)
+constexpr int kActRowBytes = kKb * 2;
+constexpr int kGroupsPerStep = 4;  // MXFP4 groups per k-step: group 4 s + c for lane quad c
+constexpr int kMaxSteps = 3;       // k-steps per consumer warp: n_in <= 3072 = 24 k-steps of 128
+constexpr int kMaxStages = 8;      // ring depth at most (small shapes)
+constexpr int kRedBufs = 3;        // partial-sum buffers in flight
 constexpr int kMaxPerLane = (kMoeMaxExperts + 31) / 32;
+// Dynamic shared memory the plan may use: the H100/H200 opt-in limit (227 KB) less the kernels'
+// static shared memory (the item table and the barriers: 2304 bytes with nvcc 13.0); moe_mid()
+// checks it against the device.
+constexpr int kSmemBudget = 232448 - 3072;
 
-// A variant (MoeMidArgs::variant, $OSPREY_MOE_MID_VARIANT): kTok routed rows per item, kMul k-blocks
-// of 256 inputs per ring stage (weight row copies of 128 kMul bytes).
-template <int kTok, int kMul>
+// A variant (MoeMidArgs::variant, $OSPREY_MOE_MID_VARIANT): kMt m-tiles of 16 weight rows per chunk
+// (one bulk copy of 16 kMt rows x n_in / 2 bytes), kNt n-tiles of 8 routed rows per token block.
+template <int kMt, int kNt>
 struct Cfg {
-    static constexpr int kNt = kTok / 8;                                 // n-tiles per item
-    static constexpr int kStageGroups = kKbGroups * kMul;                // MXFP4 groups per stage and row
-    static constexpr int kWRowBytes = kStageGroups * 16;                 // one weight row of a stage
-    static constexpr int kStageW = kTileRows * kWRowBytes;               // 16 KB per k-block
-    static constexpr int kActBlockBytes = kTok * kActRowBytes;           // one k-block of the activation tile
-    static constexpr int kStageBytes = kStageW + kMul * kActBlockBytes;  // 48 KB for <64, 1>
-    static constexpr int kStages = kRingBytes / kStageBytes < 8 ? kRingBytes / kStageBytes : 8;
-    static_assert(kTok % 8 == 0 && kTok >= 8 && kTok <= 128, "token block: whole n-tiles");
-    static_assert(kMul == 1 || kMul == 2, "stage: one or two k-blocks");
-    static_assert(kStages >= 2, "ring too shallow");
+    static constexpr int kRows = 16 * kMt;                               // weight rows per chunk
+    static constexpr int kTok = 8 * kNt;                                 // routed rows per token block at most
+    static constexpr int kRedFloats = kConsumerWarps * kMt * kNt * 128;  // [warp][kMt kNt][32 lanes][4]
+    static_assert(kMt >= 1 && kMt <= 2 && kNt >= 1 && kNt <= 3, "registers: x and the accumulators");
 };
-// The variants, by index: 0 <64, 1> (default), 1 <32, 2>, 2 <16, 1>, 3 <16, 2>.
-constexpr int kVariants = 4;
+// The variants, by index: 0 <2, 3> (default), 1 <1, 3>, 2 <2, 2>.
+constexpr int kVariants = 3;
+static_assert(kVariants == kMoeMidVariants);
 
 enum class Proj { mlp1, mlp2 };
 
@@ -120,13 +130,12 @@ struct Params {
     const __nv_bfloat16* bias;   // [n_experts, n_out]
     const int32_t* offsets;      // [n_experts + 1]
     const int32_t* sorted_rows;  // [n_rows]
-    const uint8_t* act;          // activation tiles [n_kb][n_rows][512 B] (moe_mid_act_index)
+    const __nv_bfloat16* act;    // mlp1: h [n_rows / 4, n_in]; mlp2: u tiles (moe_mid_act_index, n_rows rows)
     __nv_bfloat16* u;            // mlp1: u tiles (moe_mid_act_index, n_out / 2 columns)
     float* y;                    // mlp2: [n_rows, n_out] by routed row t * 4 + slot
-    int n_rows, n_experts, n_in, n_out, n_groups, n_kb, n_mt;
-    int item_bytes;   // one item slot: scales [128][n_groups] (to 128 B), then biases [128]
-    int bias_offset;  // of the biases inside an item slot
-    int prefetch;     // 1: prefetch each item's weight rows into L2 when it starts (see below)
+    int n_rows, n_experts, n_in, n_out, n_groups, n_ks, n_chunks;
+    int stage_bytes;  // one ring stage: a chunk's blocks, scales, biases (128-byte multiple)
+    int n_stages;     // ring depth, 2..kMaxStages
     float alpha, limit;
 };
 
@@ -136,11 +145,11 @@ struct Table {
 };
 
 struct Item {
-    int e, mt, p0, n, rows;  // expert, row tile, first sorted row, routed rows (1..kTok), weight rows
+    int e, tb, chunk, p0, n;  // expert, token block, chunk, first sorted row, routed rows (1..kTok)
 };
 
 // Fills t for the whole CTA (ends with __syncthreads).
-template <int kTokBlock>
+template <int kTok>
 __device__ void build_table(const Params& p, Table& t) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp == 0) {
@@ -153,7 +162,7 @@ __device__ void build_table(const Params& p, Table& t) {
             if (k < per && e < p.n_experts) {
                 const int o0 = p.offsets[e], o1 = p.offsets[e + 1];
                 t.offset[e] = o0;
-                items[k] = (o1 - o0 + kTokBlock - 1) / kTokBlock * p.n_mt;
+                items[k] = (o1 - o0 + kTok - 1) / kTok * p.n_chunks;
                 sum += items[k];
             }
         }
@@ -173,7 +182,8 @@ __device__ void build_table(const Params& p, Table& t) {
     __syncthreads();
 }
 
-template <int kTokBlock>
+// Item idx: the expert's token blocks have balanced sizes (they differ by one at most, <= kTok).
+template <int kTok>
 __device__ Item item_at(const Params& p, const Table& t, int idx) {
     int lo = 0, hi = p.n_experts - 1;  // the last expert whose first item is <= idx (it has items)
     while (lo < hi) {
@@ -187,235 +197,263 @@ __device__ Item item_at(const Params& p, const Table& t, int idx) {
     Item it;
     it.e = lo;
     const int count = t.offset[lo + 1] - t.offset[lo];
-    const int n_tb = (count + kTokBlock - 1) / kTokBlock;
+    const int n_tb = (count + kTok - 1) / kTok;
     const int local = idx - t.start[lo];
-    it.mt = local / n_tb;
-    const int tb = local - it.mt * n_tb;
-    it.p0 = t.offset[lo] + tb * kTokBlock;
-    it.n = min(kTokBlock, count - tb * kTokBlock);
-    it.rows = min(kTileRows, p.n_out - it.mt * kTileRows);
+    it.tb = local / p.n_chunks;
+    it.chunk = local - it.tb * p.n_chunks;
+    const int r0 = count * it.tb / n_tb, r1 = count * (it.tb + 1) / n_tb;
+    it.p0 = t.offset[lo] + r0;
+    it.n = r1 - r0;
     return it;
 }
 
-// One k-step (4 groups from g0) of a consumer lane: rows r0 and r0 + 8 of the stage, every n-tile.
-// kPartial: the k-step runs past n_groups (lanes c with group >= n_groups use zero weights and zero
-// activations: the tile padding is never read as a number).
-// w: the stage's weights [128 rows][C::kWRowBytes]; act: the k-block's activation rows [kTok][512 B];
-// s2: the k-step within the stage (0 .. 2 kMul - 1).
-template <class C, bool kPartial>
-__device__ __forceinline__ void mid_step(const uint8_t* w, const uint8_t* act, const uint8_t* sc, int n_groups, int r0,
-                                         int s2, int g0, int p0, int nt, float (&acc)[C::kNt][4]) {
-    constexpr int kNt = C::kNt, kWRowBytes = C::kWRowBytes;
-    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int group = g0 + c;
-    const bool valid = !kPartial || group < n_groups;
-    uint4 wa = make_uint4(0u, 0u, 0u, 0u), wb = wa;
-    uint32_t sa = 0u, sb = 0u;
-    if (valid) {
-        wa = ld_shared16(w + r0 * kWRowBytes + (s2 * 4 + c) * 16);
-        wb = ld_shared16(w + (r0 + 8) * kWRowBytes + (s2 * 4 + c) * 16);
-        sa = sc[r0 * n_groups + group];
-        sb = sc[(r0 + 8) * n_groups + group];
-    }
-    const uint32_t sa2 = (sa + kScaleExponentBias) * 0x00800080u;
-    const uint32_t sb2 = (sb + kScaleExponentBias) * 0x00800080u;
-    const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w};
-    const uint32_t wbv[4] = {wb.x, wb.y, wb.z, wb.w};
+// The B fragments of this warp's k-steps (warp + 8 j) for the item's token block: x[j][n][i] is
+// the unit of token row 8 n + g (lane g), group 4 s + c (lane c), inputs 8 i .. 8 i + 7 of the group
+// in the decode's pair order (e0 e4)(e1 e5)(e2 e6)(e3 e7); zero past the block, past n_groups.
+template <Proj kProj, int kNt>
+__device__ void load_b(const Params& p, const Item& it, uint4 (&x)[kMaxSteps][kNt][4]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        uint32_t ra[4], rb[4];
-        decode_fp4x8(wav[i], sa2, ra);
-        decode_fp4x8(wbv[i], sb2, rb);
+    for (int n = 0; n < kNt; ++n) {
+        const int tr = n * 8 + g;
+        const bool row_ok = tr < it.n;
+        const int pr = it.p0 + tr;
+        const __nv_bfloat16* hrow = nullptr;
+        if constexpr (kProj == Proj::mlp1) {
+            if (row_ok) hrow = p.act + size_t(p.sorted_rows[pr] / kTopK) * p.n_in;
+        }
 #pragma unroll
-        for (int n = 0; n < kNt; ++n) {
-            if (n < nt) {                  // uniform across the warp
-                const int tr = n * 8 + g;  // token row of the item
-                const int unit = ((s2 & 1) * 16 + i * 4 + c) ^ (((p0 + tr) & 1) << 2);
-                uint4 x = ld_shared16(act + tr * kActRowBytes + unit * 16);
-                if (kPartial && !valid) x = make_uint4(0u, 0u, 0u, 0u);
-                // A: a0 = (row g, pair 0), a1 = (row g + 8, pair 0), a2 = (row g, pair 1), a3 = (row g + 8, pair 1).
-                mma_bf16(acc[n], ra[0], rb[0], ra[1], rb[1], x.x, x.y);
-                mma_bf16(acc[n], ra[2], rb[2], ra[3], rb[3], x.z, x.w);
+        for (int j = 0; j < kMaxSteps; ++j) {
+            const int group = (warp + kConsumerWarps * j) * kGroupsPerStep + c;
+            const bool ok = row_ok && group < p.n_groups;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                uint4 v = make_uint4(0u, 0u, 0u, 0u);
+                if (ok) {
+                    const int j0 = group * 32 + 8 * i;
+                    if constexpr (kProj == Proj::mlp1) {
+                        const uint4 q = ld_act16(hrow + j0);
+                        v.x = __byte_perm(q.x, q.z, 0x5410), v.y = __byte_perm(q.x, q.z, 0x7632);
+                        v.z = __byte_perm(q.y, q.w, 0x5410), v.w = __byte_perm(q.y, q.w, 0x7632);
+                    } else {
+                        v = ld_act16(p.act + moe_mid_act_index(pr, j0, p.n_rows));
+                    }
+                }
+                x[j][n][i] = v;
             }
         }
     }
 }
 
-// mlp1: u of rows (fa, fa + 8) (gate / up interleaved: unit fa / 2 pairs lanes g and g ^ 1) for every
-// valid token; mlp2: y of the routed rows.
-template <Proj kProj, int kNt>
-__device__ void epilogue(const Params& p, const Item& it, int r0, const float (&acc)[kNt][4], float bias_a,
-                         float bias_b) {
-    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int fa = it.mt * kTileRows + r0, fb = fa + 8;  // weight rows of expert it.e
-    const int nt = (it.n + 7) / 8;
+// One chunk's share of this warp: its k-steps over the kMt m-tiles of the stage, nt = kNtUsed
+// n-tiles. blk: [kRows][n_groups][16 B]; sc: [kRows][n_groups].
+template <int kMt, int kNt, int kNtUsed>
+__device__ __forceinline__ void chunk_math(const uint8_t* blk, const uint8_t* sc, const Params& p,
+                                           const uint4 (&x)[kMaxSteps][kNt][4], float (&part)[kMt][kNt][4]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, c = lane % 4;
 #pragma unroll
-    for (int n = 0; n < kNt; ++n) {
-        if (n >= nt) break;  // uniform
-        const float va0 = acc[n][0] * kUnscale + bias_a, va1 = acc[n][1] * kUnscale + bias_a;
-        const float vb0 = acc[n][2] * kUnscale + bias_b, vb1 = acc[n][3] * kUnscale + bias_b;
-        if constexpr (kProj == Proj::mlp1) {
-            const bool even = (g & 1) == 0;
-            const float a_other = __shfl_xor_sync(0xffffffffu, even ? va1 : va0, 4);
-            const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
-            const int tok = n * 8 + 2 * c + (even ? 0 : 1);
-            if (tok < it.n) {
-                const float ua = even ? swiglu(va0, a_other, p.alpha, p.limit) : swiglu(a_other, va1, p.alpha, p.limit);
-                const float ub = even ? swiglu(vb0, b_other, p.alpha, p.limit) : swiglu(b_other, vb1, p.alpha, p.limit);
-                const int row = it.p0 + tok;
-                p.u[moe_mid_act_index(row, fa >> 1, p.n_rows)] = __float2bfloat16_rn(ua);
-                p.u[moe_mid_act_index(row, fb >> 1, p.n_rows)] = __float2bfloat16_rn(ub);
+    for (int j = 0; j < kMaxSteps; ++j) {
+        const int ks = warp + kConsumerWarps * j;
+        if (ks >= p.n_ks) break;  // uniform
+        const int group = ks * kGroupsPerStep + c;
+        uint4 wa[kMt], wb[kMt];
+        uint32_t sa[kMt], sb[kMt];
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+            const int ra = mt * 16 + g;
+            if (group < p.n_groups) {
+                wa[mt] = ld_shared16(blk + (ra * p.n_groups + group) * 16);
+                wb[mt] = ld_shared16(blk + ((ra + 8) * p.n_groups + group) * 16);
+                sa[mt] = (sc[ra * p.n_groups + group] + kScaleExponentBias) * 0x00800080u;
+                sb[mt] = (sc[(ra + 8) * p.n_groups + group] + kScaleExponentBias) * 0x00800080u;
+            } else {  // past the last group of the rows: zero weights (the B fragments are zero too)
+                wa[mt] = wb[mt] = make_uint4(0u, 0u, 0u, 0u);
+                sa[mt] = sb[mt] = kScaleExponentBias * 0x00800080u;
             }
-        } else {
+        }
 #pragma unroll
-            for (int k = 0; k < 2; ++k) {
-                const int tok = n * 8 + 2 * c + k;
-                if (tok < it.n) {
-                    float* y = p.y + size_t(p.sorted_rows[it.p0 + tok]) * p.n_out;
-                    y[fa] = k ? va1 : va0;
-                    y[fb] = k ? vb1 : vb0;
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+            for (int mt = 0; mt < kMt; ++mt) {
+                const uint32_t wav[4] = {wa[mt].x, wa[mt].y, wa[mt].z, wa[mt].w};
+                const uint32_t wbv[4] = {wb[mt].x, wb[mt].y, wb[mt].z, wb[mt].w};
+                uint32_t ra[4], rb[4];
+                decode_fp4x8(wav[i], sa[mt], ra);
+                decode_fp4x8(wbv[i], sb[mt], rb);
+#pragma unroll
+                for (int n = 0; n < kNtUsed; ++n) {
+                    // A: a0 = (row g, pair 0), a1 = (row g + 8, pair 0), a2 = (row g, pair 1), a3 = (row g + 8, pair
+                    // 1).
+                    mma_bf16(part[mt][n], ra[0], rb[0], ra[1], rb[1], x[j][n][i].x, x[j][n][i].y);
+                    mma_bf16(part[mt][n], ra[2], rb[2], ra[3], rb[3], x[j][n][i].z, x[j][n][i].w);
                 }
             }
         }
     }
 }
 
-template <Proj kProj, int kTok, int kMul>
-__global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
-    using C = Cfg<kTok, kMul>;
-    constexpr int kStages = C::kStages, kStageBytes = C::kStageBytes, kStageW = C::kStageW;
-    extern __shared__ __align__(128) uint8_t smem[];  // [kStages][kStageBytes] ring, then [2][item_bytes]
-    __shared__ Table table;
-    __shared__ mbar_t full[kStages], empty[kStages];  // the k-block ring
-    __shared__ mbar_t ifull[2], iempty[2];            // the item slots (scales, biases)
+// The finisher's epilogue of one m-tile and n-tile. mlp1: u of rows (fa, fa + 8) (gate / up
+// interleaved: unit fa / 2 pairs lanes g and g ^ 1) for every valid token; mlp2: y of the routed rows.
+template <Proj kProj>
+__device__ void epilogue(const Params& p, const Item& it, int fa, int n, const float (&acc)[4], float bias_a,
+                         float bias_b) {
+    const int lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int fb = fa + 8;
+    const float va0 = acc[0] * kUnscale + bias_a, va1 = acc[1] * kUnscale + bias_a;
+    const float vb0 = acc[2] * kUnscale + bias_b, vb1 = acc[3] * kUnscale + bias_b;
     if constexpr (kProj == Proj::mlp1) {
-        griddep_wait();               // the grouping and the gathered activations are complete
+        const bool even = (g & 1) == 0;
+        const float a_other = __shfl_xor_sync(0xffffffffu, even ? va1 : va0, 4);
+        const float b_other = __shfl_xor_sync(0xffffffffu, even ? vb1 : vb0, 4);
+        const int tok = n * 8 + 2 * c + (even ? 0 : 1);
+        if (tok < it.n) {
+            const float ua = even ? swiglu(va0, a_other, p.alpha, p.limit) : swiglu(a_other, va1, p.alpha, p.limit);
+            const float ub = even ? swiglu(vb0, b_other, p.alpha, p.limit) : swiglu(b_other, vb1, p.alpha, p.limit);
+            const int row = it.p0 + tok;
+            p.u[moe_mid_act_index(row, fa >> 1, p.n_rows)] = __float2bfloat16_rn(ua);
+            p.u[moe_mid_act_index(row, fb >> 1, p.n_rows)] = __float2bfloat16_rn(ub);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int tok = n * 8 + 2 * c + k;
+            if (tok < it.n) {
+                float* y = p.y + size_t(p.sorted_rows[it.p0 + tok]) * p.n_out;
+                y[fa] = k ? va1 : va0;
+                y[fb] = k ? vb1 : vb0;
+            }
+        }
+    }
+}
+
+// Starts the copies of item idx's chunk (blocks, scales, biases: one contiguous run each) into stage s.
+template <int kMt, int kNt>
+__device__ void issue_chunk(const Params& p, const Table& t, int idx, uint8_t* stage, mbar_t* full, uint64_t policy) {
+    using C = Cfg<kMt, kNt>;
+    const Item it = item_at<C::kTok>(p, t, idx);
+    const size_t row = size_t(it.e) * p.n_out + size_t(it.chunk) * C::kRows;
+    const uint32_t blk_bytes = uint32_t(C::kRows * p.n_groups * 16), sc_bytes = uint32_t(C::kRows * p.n_groups);
+    constexpr uint32_t kBiasBytes = C::kRows * 2;
+    mbar_arrive_expect_tx(full, blk_bytes + sc_bytes + kBiasBytes);
+    bulk_copy(stage, p.blocks + row * p.n_groups * 16, blk_bytes, full, policy);
+    bulk_copy(stage + blk_bytes, p.scales + row * p.n_groups, sc_bytes, full, policy);
+    bulk_copy(stage + blk_bytes + sc_bytes, p.bias + row, kBiasBytes, full, policy);
+}
+
+template <Proj kProj, int kMt, int kNt>
+__global__ void __launch_bounds__(kThreads, 1) moe_mid_kernel(const Params p) {
+    using C = Cfg<kMt, kNt>;
+    constexpr int kRows = C::kRows;
+    extern __shared__ __align__(128) uint8_t smem[];  // [n_stages][stage_bytes] ring, then [kRedBufs][kRedFloats]
+    __shared__ Table table;
+    __shared__ mbar_t full[kMaxStages];                         // the chunk ring
+    __shared__ uint32_t released[kMaxStages];                   // warps done with a stage, cumulative
+    __shared__ mbar_t red_full[kRedBufs], red_empty[kRedBufs];  // the partial-sum ring
+    if constexpr (kProj == Proj::mlp1) {
+        griddep_wait();               // the grouping (and h) are complete; u may be read until now
         griddep_launch_dependents();  // mlp2 may launch now (it starts streaming weights when it lands)
     }
     // mlp2 reads expert_offsets before its wait: complete before mlp1 passed its own wait.
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) mbar_init(&full[s], 1), mbar_init(&empty[s], kConsumerWarps);
-        for (int s = 0; s < 2; ++s) mbar_init(&ifull[s], 1), mbar_init(&iempty[s], kConsumerWarps);
+        for (int s = 0; s < p.n_stages; ++s) mbar_init(&full[s], 1), released[s] = 0;
+        for (int b = 0; b < kRedBufs; ++b) mbar_init(&red_full[b], kConsumerWarps), mbar_init(&red_empty[b], 1);
         mbar_init_fence();
     }
-    build_table<kTok>(p, table);  // ends with __syncthreads
+    build_table<C::kTok>(p, table);  // ends with __syncthreads
     const int n_items = table.start[p.n_experts];
     const int first = int(int64_t(n_items) * blockIdx.x / gridDim.x);
     const int last = int(int64_t(n_items) * (blockIdx.x + 1) / gridDim.x);
-    uint8_t* slots = smem + size_t(kStages) * kStageBytes;
+    const uint32_t blk_bytes = uint32_t(kRows * p.n_groups * 16), sc_bytes = uint32_t(kRows * p.n_groups);
+    const uint64_t policy = evict_first_policy();  // the weights are read once
+    if (threadIdx.x == 0)  // the first n_stages chunks (mlp2: weights only, before it waits for mlp1)
+        for (int i = 0; i < p.n_stages && first + i < last; ++i)
+            issue_chunk<kMt, kNt>(p, table, first + i, smem + size_t(i) * p.stage_bytes, &full[i], policy);
 
-    if (warp == kProducerWarp) {
-        const uint64_t w_policy = evict_first_policy(), a_policy = evict_last_policy();
-        bool waited = kProj == Proj::mlp1;
-        int k = 0;  // stages filled so far
-        for (int idx = first, ii = 0; idx < last; ++idx, ++ii) {
-            const Item it = item_at<kTok>(p, table, idx);
-            const size_t row0 = size_t(it.e) * p.n_out + size_t(it.mt) * kTileRows;
-            const int is = ii & 1;
-            if (ii >= 2) mbar_wait(&iempty[is], uint32_t((ii >> 1) - 1) & 1u);
-            uint8_t* slot = slots + size_t(is) * p.item_bytes;
-            if (lane == 0) {
-                if (p.prefetch)  // the item's rows are one contiguous run: let L2 fetch it in order
-                    bulk_prefetch_l2(p.blocks + row0 * p.n_groups * 16, uint32_t(it.rows * p.n_groups * 16));
-                const uint32_t sc_bytes = uint32_t(it.rows * p.n_groups), b_bytes = uint32_t(it.rows * 2);
-                mbar_arrive_expect_tx(&ifull[is], sc_bytes + b_bytes);
-                bulk_copy(slot, p.scales + row0 * p.n_groups, sc_bytes, &ifull[is], w_policy);
-                bulk_copy(slot + p.bias_offset, p.bias + row0, b_bytes, &ifull[is], w_policy);
-            }
-            const int n_stages = (p.n_kb + kMul - 1) / kMul;
-            for (int b = 0; b < n_stages; ++b, ++k) {
-                const int s = k % kStages;
-                if (k >= kStages) mbar_wait(&empty[s], uint32_t(k / kStages - 1) & 1u);
-                const int gw = min(C::kStageGroups, p.n_groups - b * C::kStageGroups);
-                const int n_blocks = min(kMul, p.n_kb - b * kMul);  // activation k-blocks of the stage
-                uint8_t* st = smem + size_t(s) * kStageBytes;
-                if (lane == 0)
-                    mbar_arrive_expect_tx(&full[s], uint32_t(it.rows * gw * 16 + n_blocks * it.n * kActRowBytes));
-                __syncwarp();
-                for (int r = lane; r < it.rows; r += 32)
-                    bulk_copy(st + r * C::kWRowBytes,
-                              p.blocks + ((row0 + r) * p.n_groups + size_t(b) * C::kStageGroups) * 16,
-                              uint32_t(gw * 16), &full[s], w_policy);
-                if (lane == 0) {
-                    if (!waited) griddep_wait(), waited = true;  // mlp2: u is mlp1's until now
-                    for (int m = 0; m < n_blocks; ++m)
-                        bulk_copy(st + kStageW + m * C::kActBlockBytes,
-                                  p.act + (size_t(b * kMul + m) * p.n_rows + it.p0) * kActRowBytes,
-                                  uint32_t(it.n * kActRowBytes), &full[s], a_policy);
-                }
-            }
-        }
-        return;
-    }
-
-    // Consumers.
-    if constexpr (kProj == Proj::mlp2) griddep_wait();  // y may still be read by earlier kernels until now
+    if constexpr (kProj == Proj::mlp2) griddep_wait();  // u is mlp1's, y may be read by earlier kernels until now
     const int g = lane / 4;
-    const int r0 = warp * 16 + g;  // this lane's weight rows of an item: r0 and r0 + 8
-    int k = 0;
-    for (int idx = first, ii = 0; idx < last; ++idx, ++ii) {
-        const Item it = item_at<kTok>(p, table, idx);
-        const int is = ii & 1;
-        mbar_wait(&ifull[is], uint32_t(ii >> 1) & 1u);
-        const uint8_t* sc = slots + size_t(is) * p.item_bytes;  // [rows][n_groups]
-        const bool active = warp * 16 < it.rows;                // uniform
+    float* red_base = reinterpret_cast<float*>(smem + size_t(p.n_stages) * p.stage_bytes);
+    uint4 x[kMaxSteps][kNt][4];
+    int cur_e = -1, cur_tb = -1;  // the token block whose B fragments x holds
+    for (int idx = first, i = 0; idx < last; ++idx, ++i) {
+        const Item it = item_at<C::kTok>(p, table, idx);
+        if (it.e != cur_e || it.tb != cur_tb) load_b<kProj, kNt>(p, it, x), cur_e = it.e, cur_tb = it.tb;
         const int nt = (it.n + 7) / 8;
-        float acc[C::kNt][4];
+        const bool finisher = i % kConsumerWarps == warp;  // this warp sums the item and runs its epilogue
+        const int s = i % p.n_stages;
+        mbar_wait(&full[s], uint32_t(i / p.n_stages) & 1u);
+        const uint8_t* blk = smem + size_t(s) * p.stage_bytes;  // [kRows][n_groups][16 B]
+        const uint8_t* sc = blk + blk_bytes;                    // [kRows][n_groups]
+        float bias[kMt][2] = {};                                // read before the stage is released
+        if (finisher) {
+            const __nv_bfloat16* b = reinterpret_cast<const __nv_bfloat16*>(sc + sc_bytes);  // [kRows]
 #pragma unroll
-        for (int n = 0; n < C::kNt; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        const int n_stages = (p.n_kb + kMul - 1) / kMul;
-        for (int b = 0; b < n_stages; ++b, ++k) {
-            const int s = k % kStages;
-            mbar_wait(&full[s], uint32_t(k / kStages) & 1u);
-            if (active) {
-                const uint8_t* st = smem + size_t(s) * kStageBytes;
+            for (int mt = 0; mt < kMt; ++mt)
+                bias[mt][0] = __bfloat162float(b[mt * 16 + g]), bias[mt][1] = __bfloat162float(b[mt * 16 + g + 8]);
+        }
+        float part[kMt][kNt][4];
 #pragma unroll
-                for (int s2 = 0; s2 < 2 * kMul; ++s2) {
-                    const int g0 = b * C::kStageGroups + s2 * 4;
-                    const uint8_t* act = st + kStageW + (s2 / 2) * C::kActBlockBytes;
-                    if (g0 < p.n_groups) {  // uniform
-                        if (g0 + 4 <= p.n_groups) {
-                            mid_step<C, false>(st, act, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
-                        } else {
-                            mid_step<C, true>(st, act, sc, p.n_groups, r0, s2, g0, it.p0, nt, acc);
-                        }
-                    }
-                }
-            }
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);  // this warp's reads of the stage are done
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+            for (int n = 0; n < kNt; ++n) part[mt][n][0] = part[mt][n][1] = part[mt][n][2] = part[mt][n][3] = 0.0f;
+        if (nt == 1) {
+            chunk_math<kMt, kNt, 1>(blk, sc, p, x, part);
+        } else if (kNt >= 2 && nt == 2) {
+            chunk_math<kMt, kNt, (kNt >= 2 ? 2 : 1)>(blk, sc, p, x, part);
+        } else {
+            chunk_math<kMt, kNt, kNt>(blk, sc, p, x, part);
         }
-        if (active) {
-            const __nv_bfloat16* bias = reinterpret_cast<const __nv_bfloat16*>(sc + p.bias_offset);
-            epilogue<kProj, C::kNt>(p, it, r0, acc, __bfloat162float(bias[r0]), __bfloat162float(bias[r0 + 8]));
-        }
+        // The last warp done with the stage refills it with item i + n_stages.
         __syncwarp();
-        if (lane == 0) mbar_arrive(&iempty[is]);  // this warp is done with the item's scales and biases
-    }
-}
+        if (lane == 0) {
+            __threadfence_block();  // this warp's reads of the stage are complete before it counts
+            if (atomicAdd(&released[s], 1u) % kConsumerWarps == kConsumerWarps - 1) {
+                __threadfence_block();
+                if (idx + p.n_stages < last)
+                    issue_chunk<kMt, kNt>(p, table, idx + p.n_stages, smem + size_t(s) * p.stage_bytes, &full[s],
+                                          policy);
+            }
+        }
 
-// h rows in sorted order into the tile layout: one thread per 16-byte unit (kb, p, unit).
-__global__ void gather_kernel(uint4* x, const __nv_bfloat16* h, const int32_t* sorted_rows, int n_rows, int n_kb,
-                              int d_model) {
-    griddep_wait();  // sorted_rows (moe_group_by_expert) and h are complete; x may be read until now
-    const int64_t id = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (id >= int64_t(n_kb) * n_rows * 32) return;
-    const int phys = int(id % 32);
-    const int p = int(id / 32 % n_rows);
-    const int b = int(id / 32 / n_rows);
-    const int unit = phys ^ ((p & 1) << 2);
-    const int s = unit / 16, i = (unit / 4) % 4, c = unit % 4;
-    const int j0 = b * kKb + (s * 4 + c) * 32 + 8 * i;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (j0 < d_model) {
-        const int t = sorted_rows[p] / kTopK;
-        const uint4 q = ld_act16(h + size_t(t) * d_model + j0);
-        // (e0 e1)(e2 e3)(e4 e5)(e6 e7) -> (e0 e4)(e1 e5)(e2 e6)(e3 e7)
-        v.x = __byte_perm(q.x, q.z, 0x5410), v.y = __byte_perm(q.x, q.z, 0x7632);
-        v.z = __byte_perm(q.y, q.w, 0x5410), v.w = __byte_perm(q.y, q.w, 0x7632);
+        // Partial sums through a ring of kRedBufs buffers ([warp][mt * kNt + n][lane] float4): a warp
+        // hands its partial over and goes on to the next item; only the finisher waits for all eight.
+        const int b = i % kRedBufs, round = i / kRedBufs;
+        float* red = red_base + b * C::kRedFloats;
+        if (round > 0) mbar_wait(&red_empty[b], uint32_t(round - 1) & 1u);  // the previous finisher has read it
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+            for (int n = 0; n < kNt; ++n)
+                if (n < nt)
+                    *reinterpret_cast<float4*>(red + ((warp * kMt + mt) * kNt + n) * 128 + lane * 4) =
+                        make_float4(part[mt][n][0], part[mt][n][1], part[mt][n][2], part[mt][n][3]);
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&red_full[b]);
+        if (finisher) {
+            mbar_wait(&red_full[b], uint32_t(round) & 1u);
+            float acc[kMt][kNt][4];
+#pragma unroll
+            for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                for (int n = 0; n < kNt; ++n) {
+                    acc[mt][n][0] = acc[mt][n][1] = acc[mt][n][2] = acc[mt][n][3] = 0.0f;
+                    if (n < nt)
+                        for (int w = 0; w < kConsumerWarps; ++w) {  // in warp order: deterministic
+                            const float4 v =
+                                *reinterpret_cast<const float4*>(red + ((w * kMt + mt) * kNt + n) * 128 + lane * 4);
+                            acc[mt][n][0] += v.x, acc[mt][n][1] += v.y, acc[mt][n][2] += v.z, acc[mt][n][3] += v.w;
+                        }
+                }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&red_empty[b]);
+#pragma unroll
+            for (int mt = 0; mt < kMt; ++mt)
+#pragma unroll
+                for (int n = 0; n < kNt; ++n)
+                    if (n < nt)  // uniform
+                        epilogue<kProj>(p, it, it.chunk * kRows + mt * 16 + g, n, acc[mt][n], bias[mt][0], bias[mt][1]);
+        }
     }
-    x[id] = v;
 }
 
 size_t align256(size_t n) {
@@ -425,17 +463,9 @@ int n_kblocks(int n_in) {
     return (n_in + kKb - 1) / kKb;
 }
 
-// Workspace: u tiles at 0, then the gathered h tiles (both for n_rows = 4 n_tokens rows).
-struct Layout {
-    size_t u, x, total;
-};
-Layout layout(int n_tokens, int d_model, int d_ff) {
-    const size_t rows = size_t(n_tokens) * kTopK;
-    Layout l{};
-    l.u = 0;
-    l.x = align256(size_t(n_kblocks(d_ff)) * rows * kActRowBytes);
-    l.total = l.x + align256(size_t(n_kblocks(d_model)) * rows * kActRowBytes);
-    return l;
+// Workspace: the u tiles (n_rows = 4 n_tokens rows), nothing else.
+size_t workspace_total(int n_tokens, int d_ff) {
+    return align256(size_t(n_kblocks(d_ff)) * size_t(n_tokens) * kTopK * kActRowBytes);
 }
 
 bool aligned16(const void* ptr) {
@@ -458,7 +488,7 @@ void check_args(const MoeMidArgs& a) {
     OSPREY_CHECK(
         a.d_model > 0 && a.d_model % 32 == 0 && a.d_ff > 0 && a.d_ff % 32 == 0 && a.d_model <= 3072 && a.d_ff <= 3072,
         "moe_mid: d_model = ", a.d_model, " and d_ff = ", a.d_ff,
-        " must be positive multiples of 32 (the MXFP4 group), at most 3072 (an item's scales)");
+        " must be positive multiples of 32 (the MXFP4 group), at most 3072 (3 k-steps of 128 per consumer warp)");
     if (a.n_tokens == 0) return;
     OSPREY_CHECK(a.y && a.h && a.workspace && a.expert_offsets && a.sorted_rows, "moe_mid: null pointer");
     for (const Mxfp4Experts* w : {&a.mlp1, &a.mlp2}) {
@@ -470,62 +500,60 @@ void check_args(const MoeMidArgs& a) {
     OSPREY_CHECK(reinterpret_cast<uintptr_t>(a.workspace) % 256 == 0, "moe_mid: workspace must be 256-byte aligned");
 }
 
-// A variant's two kernels and the ring bytes of its dynamic shared memory.
+// A variant's two kernels, its chunk rows, token block and the bytes of one partial-sum buffer.
 struct Variant {
     void (*mlp1)(Params);
     void (*mlp2)(Params);
-    size_t ring_bytes;
+    int rows, tok;
+    int red_bytes;
 };
-template <int kTok, int kMul>
+template <int kMt, int kNt>
 Variant variant_of() {
-    return {moe_mid_kernel<Proj::mlp1, kTok, kMul>, moe_mid_kernel<Proj::mlp2, kTok, kMul>,
-            size_t(Cfg<kTok, kMul>::kStages) * Cfg<kTok, kMul>::kStageBytes};
+    using C = Cfg<kMt, kNt>;
+    return {moe_mid_kernel<Proj::mlp1, kMt, kNt>, moe_mid_kernel<Proj::mlp2, kMt, kNt>, C::kRows, C::kTok,
+            int(C::kRedFloats * sizeof(float))};
 }
 const Variant& variant(int v) {
-    static const Variant table[kVariants] = {variant_of<64, 1>(), variant_of<32, 2>(), variant_of<16, 1>(),
-                                             variant_of<16, 2>()};
+    static const Variant table[kVariants] = {variant_of<2, 3>(), variant_of<1, 3>(), variant_of<2, 2>()};
     return table[v];
 }
 
 struct Plan {
     Params p1, p2;
-    uint4* x;
-    int n_rows, n_kb1;
     Variant v;
     size_t smem1, smem2;
 };
 
-Params params_for(const Mxfp4Experts& w, int n_in, int n_out, const MoeMidArgs& a) {
+// One projection's parameters; the ring takes what shared memory leaves beside the partial sums.
+Params params_for(const Mxfp4Experts& w, int n_in, int n_out, const MoeMidArgs& a, const Variant& v) {
     Params p{};
     p.blocks = w.blocks, p.scales = w.scales;
     p.bias = reinterpret_cast<const __nv_bfloat16*>(w.bias);
     p.offsets = a.expert_offsets, p.sorted_rows = a.sorted_rows;
     p.n_rows = a.n_tokens * kTopK, p.n_experts = a.n_experts;
     p.n_in = n_in, p.n_out = n_out, p.n_groups = n_in / 32;
-    p.n_kb = n_kblocks(n_in), p.n_mt = (n_out + kTileRows - 1) / kTileRows;
-    p.bias_offset = (kTileRows * p.n_groups + 127) / 128 * 128;
-    p.item_bytes = p.bias_offset + kTileRows * 2;
+    p.n_ks = (p.n_groups + kGroupsPerStep - 1) / kGroupsPerStep;
+    p.n_chunks = n_out / v.rows;  // n_out is a multiple of 32 (check_args)
+    p.stage_bytes = (v.rows * p.n_groups * 17 + v.rows * 2 + 127) / 128 * 128;
+    p.n_stages = std::min(kMaxStages, (kSmemBudget - kRedBufs * v.red_bytes) / p.stage_bytes);
     p.alpha = a.swiglu_alpha, p.limit = a.swiglu_limit;
-    p.prefetch = a.l2_prefetch ? 1 : 0;
     return p;
 }
 
 Plan plan(const MoeMidArgs& a, int v) {
-    const Layout l = layout(a.n_tokens, a.d_model, a.d_ff);
     uint8_t* ws = static_cast<uint8_t*>(a.workspace);
     Plan pl{};
-    pl.n_rows = a.n_tokens * kTopK;
-    pl.n_kb1 = n_kblocks(a.d_model);
-    pl.x = reinterpret_cast<uint4*>(ws + l.x);
-    pl.p1 = params_for(a.mlp1, a.d_model, 2 * a.d_ff, a);
-    pl.p1.act = ws + l.x;
-    pl.p1.u = reinterpret_cast<__nv_bfloat16*>(ws + l.u);
-    pl.p2 = params_for(a.mlp2, a.d_ff, a.d_model, a);
-    pl.p2.act = ws + l.u;
-    pl.p2.y = a.y;
     pl.v = variant(v);
-    pl.smem1 = pl.v.ring_bytes + 2 * size_t(pl.p1.item_bytes);
-    pl.smem2 = pl.v.ring_bytes + 2 * size_t(pl.p2.item_bytes);
+    pl.p1 = params_for(a.mlp1, a.d_model, 2 * a.d_ff, a, pl.v);
+    pl.p1.act = reinterpret_cast<const __nv_bfloat16*>(a.h);
+    pl.p1.u = reinterpret_cast<__nv_bfloat16*>(ws);
+    pl.p2 = params_for(a.mlp2, a.d_ff, a.d_model, a, pl.v);
+    pl.p2.act = reinterpret_cast<const __nv_bfloat16*>(ws);
+    pl.p2.y = a.y;
+    OSPREY_CHECK(pl.p1.n_stages >= 2 && pl.p2.n_stages >= 2, "moe_mid: d_model = ", a.d_model, ", d_ff = ", a.d_ff,
+                 ": fewer than two ring stages fit in shared memory");
+    pl.smem1 = size_t(pl.p1.n_stages) * pl.p1.stage_bytes + size_t(kRedBufs) * pl.v.red_bytes;
+    pl.smem2 = size_t(pl.p2.n_stages) * pl.p2.stage_bytes + size_t(kRedBufs) * pl.v.red_bytes;
     return pl;
 }
 
@@ -596,14 +624,6 @@ int moe_mid_default_variant() {
     return v;
 }
 
-bool moe_mid_l2_prefetch_default() {
-    static const bool on = [] {
-        const char* env = std::getenv("OSPREY_MOE_MID_PREFETCH");
-        return !(env && std::string(env) == "0");
-    }();
-    return on;
-}
-
 bool moe_mid_supports(int n_experts, int d_model, int d_ff, int top_k) {
     return shape_ok(n_experts, d_model, d_ff, top_k);
 }
@@ -611,7 +631,7 @@ bool moe_mid_supports(int n_experts, int d_model, int d_ff, int top_k) {
 size_t moe_mid_workspace_bytes(int max_tokens, int d_model, int d_ff) {
     OSPREY_CHECK(max_tokens >= 0 && d_model > 0 && d_ff > 0, "moe_mid_workspace_bytes: bad shape");
     configure();
-    return std::max<size_t>(256, layout(max_tokens, d_model, d_ff).total);
+    return std::max<size_t>(256, workspace_total(max_tokens, d_ff));
 }
 
 void moe_mid(const MoeMidArgs& a, cudaStream_t stream) {
@@ -623,9 +643,6 @@ void moe_mid(const MoeMidArgs& a, cudaStream_t stream) {
                  smem_limit());
     configure();
     const bool pdl = a.pdl && pdl_enabled();
-    const int64_t units = int64_t(pl.n_kb1) * pl.n_rows * 32;
-    launch(gather_kernel, dim3(unsigned((units + 255) / 256)), dim3(256), 0, stream, pl.x,
-           reinterpret_cast<const __nv_bfloat16*>(a.h), a.sorted_rows, pl.n_rows, pl.n_kb1, a.d_model);
     launch_mid(pl.v.mlp1, pl.p1, pl.smem1, pdl, stream);
     launch_mid(pl.v.mlp2, pl.p2, pl.smem2, pdl, stream);
 }

@@ -58,9 +58,10 @@ struct MoeStep {
     // after 0cd92cf) 37.2 against 45.1 us at 1 token, 61.3 against 64.2 at 2, level at 4-8; 20b decode
     // batch 1 432 against 404 tokens/s (docs/performance.md).
     // With $OSPREY_MOE_MID=1, from kMoeMidMinTokens (9) to kMoeMidMaxTokens (128) tokens (and when the
-    // decode path is off or smaller) the three-launch mid-batch path of kernels/cuda/moe_mid.h, after
-    // route and group. Off by default: measured 3.5x slower than narrow on the H200 (992 against 284 us
-    // at 20b, 128 tokens; docs/performance.md); $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
+    // decode path is off or smaller) the two-launch mid-batch path of kernels/cuda/moe_mid.h, after
+    // route and group. Off by default: its first version measured 3.5x slower than narrow on the H200
+    // (992 against 284 us at 20b, 128 tokens; docs/performance.md); the restructured one (whole-chunk
+    // copies) awaits its measurement; $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
     // by workspace_bytes and carve; the workspace is sized for min(max_tokens, the range's top)).
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
     bool use_w4a8 = false;        // carve(..., w4a8 = true): FP8 wgmma experts in prefill

@@ -8,17 +8,14 @@
 
 #include "wgmma_emulation.h"
 
+// (float4 and make_float4: moe_decode_emulation.h)
 struct uint2 {
     uint32_t x, y;
 };
 struct float2 {
     float x, y;
 };
-struct alignas(16) float4 {
-    float x, y, z, w;
-};
 inline float2 make_float2(float x, float y) { return {x, y}; }
-inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float4 __ldcg(const float4* p) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     return *p;

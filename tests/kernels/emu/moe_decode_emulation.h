@@ -1,5 +1,5 @@
 // What kernels/cuda/moe_decode.cu and moe_mid.cu need beyond cuda_emulation.h, for running its device code on the
-// CPU (scripts/emulate_moe_decode.sh): uint4, BF16 conversions and bf16x2 multiply, byte_perm,
+// CPU (scripts/emulate_moe_decode.sh): uint4, float4, BF16 conversions and bf16x2 multiply, byte_perm,
 // cache-hinted loads and stores, fences, and a warp-collective mma.sync m16n8k16 (BF16 in, FP32
 // accumulate) that gathers the 32 lanes' fragments exactly as PTX lays them out. PDL is a no-op
 // (the emulated grids run one after the other); dynamic shared memory is g_dyn_smem.
@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +28,12 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
     return {a, b, c, d};
 }
 inline dim3 gridDim;
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float a, float b, float c, float d) {
+    return {a, b, c, d};
+}
 #define __align__(n) alignas(n)
 
 struct __nv_bfloat16 {
@@ -75,6 +82,9 @@ inline void __stcg(float* p, float v) {
 inline void __threadfence() {
     std::atomic_thread_fence(std::memory_order_seq_cst);
 }
+inline void __threadfence_block() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 inline void __syncwarp() {
     wbar();
 }
@@ -112,8 +122,16 @@ inline void mbar_arrive(mbar_t* b) {
     --b->pending;
     b->complete_if_done();
 }
+// Spins a little, then sleeps between polls: hundreds of emulated threads wait at once, and yielding
+// alone keeps them all runnable (the emulations slowed each other down on a shared 2-core machine).
 inline void mbar_wait(mbar_t* b, uint32_t parity) {
-    while ((b->phase.load() & 1u) == parity) std::this_thread::yield();
+    for (int n = 0; (b->phase.load() & 1u) == parity; ++n) {
+        if (n < 64) {
+            std::this_thread::yield();
+        } else {
+            std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
 }
 inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b, uint64_t) {
     if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
