@@ -57,14 +57,28 @@ std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner) {
 void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
     const std::string weights_flag =
         o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");
+    // Experts: MXFP4 only (FP8 or BF16 expert matrices need their own MoE kernels). Attention and the
+    // unembedding: BF16 or FP8 blocks (kernels/cuda/linear.h).
     for (const model::LayerWeights& L : w.layers)
-        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4 &&
-                         L.attention_format() == model::WeightFormat::bf16,
-                     weights_flag, " (", w.formats(), "): not yet on the GPU; the CUDA backend runs the published "
-                     "formats (MXFP4 experts, BF16 dense weights). Use --backend cpu, or --weights mxfp4 with the "
-                     "published checkpoint");
-    OSPREY_CHECK(w.unembedding_format() == model::WeightFormat::bf16, weights_flag, " (", w.formats(),
-                 "): not yet on the GPU (FP8 unembedding); run it on the CPU backend (--backend cpu)");
+        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4, weights_flag, " (", w.formats(), "): ",
+                     model::weight_format_name(L.experts_format()),
+                     " experts are not yet on the GPU; the CUDA backend runs MXFP4 experts (as published) with BF16 "
+                     "or FP8 attention and unembedding. Keep the experts MXFP4 (--weights fp8 --convert "
+                     "attention,unembedding), or use --backend cpu");
+    // A tensor-parallel rank reads its heads' columns of the out-projection: with FP8 multipliers per 128
+    // inputs, those columns must start on a 128-column block (device_weights.cpp).
+    if (!o.layout.single() && !w.layers.empty() && w.layers[0].attention_format() == model::WeightFormat::fp8) {
+        o.layout.check(w.config);
+        for (int r = 0; r < o.layout.world(); ++r) {
+            const model::ModelShard s = model::model_shard(w.config, o.layout, r);
+            const int64_t col0 = int64_t(s.heads.first) * w.config.head_dim;
+            OSPREY_CHECK(col0 % 128 == 0, o.layout.label(), " with FP8 attention: rank ", r,
+                         "'s out-projection columns start at ", col0,
+                         ", inside a 128-column block of FP8 multipliers; on the CUDA backend each rank's query "
+                         "heads must start on a multiple of 128 columns. Use a smaller --tp, or BF16 attention "
+                         "(--convert without attention)");
+        }
+    }
     OSPREY_CHECK(!o.kv_dtype || *o.kv_dtype == model::KvDtype::bf16 || *o.kv_dtype == model::KvDtype::fp8_e4m3,
                  "--kv-cache-dtype ", model::kv_dtype_name(*o.kv_dtype),
                  ": the CUDA backend keeps a BF16 or FP8 KV cache (use auto, bf16 or fp8)");

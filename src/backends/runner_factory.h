@@ -68,8 +68,10 @@ Runner make_runner(model::Weights weights, const RunnerOptions& options);
 // set_dump), for layer-by-layer comparisons (model/format_accuracy.h); null for other runners.
 std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner);
 
-// Throws naming the option when the CUDA backend cannot run these weights or this KV dtype yet
-// (FP8 or BF16 expert/dense formats, an FP8 KV cache: CPU backend only so far, docs/fp8.md).
+// Throws naming the option when the CUDA backend cannot run these weights, this layout or this KV
+// dtype: FP8 or BF16 experts (MXFP4 only so far), FP8 attention under a tensor-parallel layout whose
+// ranks' out-projection columns do not start on a 128-column block, a KV dtype other than bf16/fp8
+// (docs/fp8.md). BF16 or FP8 attention and unembedding run.
 void check_cuda_supports(const model::Weights& weights, const RunnerOptions& options);
 
 }  // namespace osprey::backends

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "core/log.h"
 #include "kernels/cuda/common.cuh"
@@ -32,6 +33,21 @@ namespace osprey::cuda {
 
 namespace {
 
+// Two BF16 products at once, rounded to nearest (the FP8 decode multiplies by a power of two: exact).
+// Outside the part of this file scripts/emulate_gemv_kernel.sh extracts: the emulation has its own.
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+// Two E4M3 codes (low byte first) as two floats, exactly: cvt.rn.f16x2.e4m3x2 (every E4M3 value is an
+// FP16 value) then the exact widening. Also outside the extracted part.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(uint16_t(pair)));
+    return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
 // GEMV for decode-sized batches (T <= kGemvMaxTokens) on the tensor cores. A memory-bound kernel:
 // the weight is streamed from HBM exactly once per call whatever T is, x is tiny.
 //
@@ -51,42 +67,83 @@ namespace {
 // partial tiles are summed through shared memory in a fixed order (deterministic), then bias,
 // residual and rounding. The grid is persistent (at most 2 CTAs per SM, grid-stride over row blocks)
 // so the large unembedding keeps its prefetch running across row blocks.
+//
+// FP8 weights (kFp8, linear.h Fp8Weight): the same CTA, loads and epilogue; a 16-byte load now holds
+// 16 codes, so a warp's unit of work is one 128-input block of its rows (two loads per row: k =
+// 128 b + 64 h + 16 q .. + 16 for h = 0, 1), kUnroll / 2 blocks per round. Each 32-bit word of codes
+// feeds one mma (e4m3x4_to_bf16x2: codes 0 and 2 as the B pair of slots 2q, 2q + 1, codes 1 and 3 as
+// that of slots 2q + 8, 2q + 9); x is staged in the matching order (gemv_fp8_order: within each
+// group of 4 inputs, elements 0, 2, 1, 3), so its fragments are still plain 16-byte shared loads.
+// The mmas of one block accumulate into a zeroed partial tile, which is multiplied by its rows'
+// multipliers (loaded at the start of the step, L1/L2-resident) and added into the accumulators:
+// the scale is applied once per 128-input block and row, as cpu::fp8_matmul does.
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * kWarpSize;
 constexpr int kGemvLoads = 8;      // 16-byte weight loads per lane per round (x2: double-buffered)
 constexpr int kGemvChunk = 32;     // k per lane group of 4 per round: 4 lanes x 8 bf16
 constexpr int kGemvCtasPerSm = 2;  // __launch_bounds__ below; the persistent grid's size
+constexpr int kFp8Block = 128;     // inputs per FP8 multiplier (weight_block_size)
 
 struct GemvParams {
     void* y;           // [T, ldy] bf16 or f32
     const bf16* x;     // [T, ldx]
-    const bf16* w;     // [N, K]
+    const bf16* w;     // [N, K] (bf16 weights)
     const void* bias;  // [N] bf16 (bf16 y) or f32 (f32 y), or null
     int n_tokens, n_out, n_in, ldx, ldy;
-    int xs_ld;  // row stride of x in shared memory (elements): xs_ld % 64 == 32
+    int xs_ld;  // row stride of x in shared memory (elements): gemv_xs_ld()
     bool accumulate;
     GemvNorm norm;            // kNorm: x = this norm of the residual, computed in every CTA
     const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
     const float* acc_moe_w;
+    Fp8Weight w8;             // kFp8: the weight's codes [N, K] and multipliers (linear.h)
 };
 
-// Row stride of the staged x: K rounded up to 64 elements plus 32, so that rows g and g + 1 of one
-// 8-lane phase of a 16-byte shared load fall into different halves of the 32 banks.
-constexpr int gemv_xs_ld(int k) {
-    return (k + 63) / 64 * 64 + 32;
+// Row stride of the staged x. BF16: K rounded up to 64 elements plus 32, so that rows g and g + 1 of
+// one 8-lane phase of a 16-byte shared load fall into different halves of the 32 banks (lanes q read
+// 16-byte pieces 16 bytes apart). FP8: plus 8 instead, an odd number of 16-byte units per row, since
+// lanes q read pieces 32 bytes apart (units 0, 2, 4, 6 for row g, the odd ones for row g + 1).
+constexpr int gemv_xs_ld(int k, bool fp8 = false) {
+    return (k + 63) / 64 * 64 + (fp8 ? 8 : 32);
 }
 __host__ __device__ constexpr size_t gemv_red_bytes(int tiles) {
     return size_t(kGemvWarps) * tiles * 64 * sizeof(float);
 }
-size_t gemv_smem_bytes(int tiles, int t, int k) {
-    return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k) * sizeof(bf16);
+size_t gemv_smem_bytes(int tiles, int t, int k, bool fp8 = false) {
+    return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k, fp8) * sizeof(bf16);
 }
 
-template <int kTiles, bool kF32, bool kNorm>
+// E4M3 -> BF16, exact, four codes at a time (code i in byte i of w) as two BF16x2 registers: codes 0
+// and 2 (p02, low half first) and codes 1 and 3 (p13). A code s.eeee.mmm placed as the BF16 bits
+// s.0000eeee.mmm0000 is its value times 2^-120, subnormals included (a zero exponent field is
+// subnormal in both formats, with the same mantissa), so one mul.bf16x2 by 2^120 makes it exact: every
+// E4M3 value is a BF16 value. The magnitude bits come from w shifted by 4 (left for bytes 0, 2, right
+// for bytes 1, 3), the sign bits from s (in place for bytes 1, 3, shifted by 8 for bytes 0, 2), merged
+// by one LOP3 each. 8 integer/FMA-pipe instructions per 4 codes (4 per pair); cvt.rn.f16x2.e4m3x2 then
+// f16 -> f32 -> bf16x2 costs the same count with three conversions per pair. (NaN codes 0x7F/0xFF
+// decode to 480: the converter never writes them, core/fp8.h saturates.)
+constexpr uint32_t kE4m3Magnitude = 0x07F007F0u;  // bits 4..10 of both halves: eeee.mmm
+constexpr uint32_t kBf16x2Pow120 = 0x7B807B80u;   // 2^120 in both halves
+__device__ __forceinline__ void e4m3x4_to_bf16x2(uint32_t w, uint32_t& p02, uint32_t& p13) {
+    const uint32_t s = w & 0x80808080u;  // the four sign bits, 7, 15, 23, 31
+    p02 = mul_bf16x2(((w << 4) & kE4m3Magnitude) | ((s << 8) & ~kE4m3Magnitude), kBf16x2Pow120);
+    p13 = mul_bf16x2(((w >> 4) & kE4m3Magnitude) | (s & ~kE4m3Magnitude), kBf16x2Pow120);
+}
+
+// Eight bf16 x values (one 16-byte piece, two groups of 4 inputs) in the FP8 kernel's k order: each
+// group's elements 0, 2, 1, 3, so that words 0 and 1 of a group are the A pairs of the mma that takes
+// that group's codes (p02, p13 above).
+__device__ __forceinline__ uint4 gemv_fp8_order(uint4 v) {
+    return make_uint4((v.x & 0xFFFFu) | (v.y << 16), (v.x >> 16) | (v.y & 0xFFFF0000u),
+                      (v.z & 0xFFFFu) | (v.w << 16), (v.z >> 16) | (v.w & 0xFFFF0000u));
+}
+
+template <int kTiles, bool kF32, bool kNorm, bool kFp8>
 __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
-    constexpr int kUnroll = kGemvLoads / kTiles;  // adjacent chunks per warp and round
+    constexpr int kUnroll = kGemvLoads / kTiles;  // 16-byte loads per row per warp and round
+    constexpr int kBlocks = kUnroll / 2;          // FP8: 128-input blocks per warp and round
+    constexpr int kUnits = kFp8 ? kBlocks : kUnroll;  // a warp's k units per round (chunks, or blocks)
     constexpr int kRows = 8 * kTiles;             // output rows per row block
-    static_assert(kGemvLoads % kTiles == 0 && kTiles * 64 <= kGemvThreads);
+    static_assert(kGemvLoads % kTiles == 0 && kTiles * 64 <= kGemvThreads && (!kFp8 || kUnroll % 2 == 0));
     extern __shared__ __align__(16) unsigned char smem[];
     float* red = reinterpret_cast<float*>(smem);                        // [warps][kTiles][8 tokens][8 rows]
     bf16* xs = reinterpret_cast<bf16*>(smem + gemv_red_bytes(kTiles));  // [T][xs_ld]
@@ -94,9 +151,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     const int g = lane / 4, q = lane % 4;  // fragment coordinates: weight row / token g, k group q
     const int K = p.n_in, N = p.n_out;
-    const int n_chunks = (K + kGemvChunk - 1) / kGemvChunk;
-    const int per_round = kGemvWarps * kUnroll;  // chunks a CTA covers per round
-    const int n_rounds = (n_chunks + per_round - 1) / per_round;
+    const int n_kblocks = (K + kFp8Block - 1) / kFp8Block;  // FP8: multipliers per row
+    const int n_units = kFp8 ? n_kblocks : (K + kGemvChunk - 1) / kGemvChunk;
+    const int per_round = kGemvWarps * kUnits;  // units a CTA covers per round
+    const int n_rounds = (n_units + per_round - 1) / per_round;
     const int n_blocks = (N + kRows - 1) / kRows;
     // Row blocks blockIdx.x, + gridDim.x, ...; every warp runs the same number of steps (rounds of
     // every block), so the __syncthreads below are reached uniformly.
@@ -108,18 +166,21 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     }
 
     // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
+    // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
     auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
         const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
         const int round = step % n_rounds;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int k = ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
+            const int k = kFp8 ? ((round * kGemvWarps + warp) * kBlocks + u / 2) * kFp8Block + u % 2 * 64 + 16 * q
+                               : ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
 #pragma unroll
             for (int r = 0; r < kTiles; ++r) {
                 const int row = block * kRows + 8 * r + g;
-                wv[u][r] = k < K && row < N
-                               ? __ldcs(reinterpret_cast<const uint4*>(p.w + size_t(row) * K + k))  // streamed once
-                               : make_uint4(0, 0, 0, 0);
+                const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
+                                       : static_cast<const void*>(p.w + size_t(row) * K + k);
+                wv[u][r] = k < K && row < N ? __ldcs(reinterpret_cast<const uint4*>(src))  // streamed once
+                                            : make_uint4(0, 0, 0, 0);
             }
         }
     };
@@ -141,18 +202,25 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
                                       p.norm.eps, reinterpret_cast<__nv_bfloat162*>(xs + size_t(t) * p.xs_ld));
         }
         __syncthreads();
-        if (blockIdx.x == 0 && p.norm.h)  // the normed rows for later kernels
+        // The normed rows for later kernels (one CTA), and (FP8) the rows put in the mma's k order; each
+        // thread rewrites only the pieces it read.
+        const bool write_h = blockIdx.x == 0 && p.norm.h;
+        if (write_h || kFp8) {
             for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
                 const int t = v / vecs_per_row, j = v % vecs_per_row;
-                *reinterpret_cast<uint4*>(p.norm.h + size_t(t) * K + 8 * j) =
-                    *reinterpret_cast<const uint4*>(xs + size_t(t) * p.xs_ld + 8 * j);
+                uint4* piece = reinterpret_cast<uint4*>(xs + size_t(t) * p.xs_ld + 8 * j);
+                const uint4 u = *piece;
+                if (write_h) *reinterpret_cast<uint4*>(p.norm.h + size_t(t) * K + 8 * j) = u;
+                if constexpr (kFp8) *piece = gemv_fp8_order(u);
             }
+            if constexpr (kFp8) __syncthreads();
+        }
     } else {
         // x[T, K] -> xs[T, xs_ld], 16 bytes per thread and step (K, ldx multiples of 8; x 16-byte aligned).
         for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
             const int t = v / vecs_per_row, j = v % vecs_per_row;
-            *reinterpret_cast<uint4*>(xs + size_t(t) * p.xs_ld + 8 * j) =
-                __ldg(reinterpret_cast<const uint4*>(p.x + size_t(t) * p.ldx + 8 * j));
+            const uint4 u = __ldg(reinterpret_cast<const uint4*>(p.x + size_t(t) * p.ldx + 8 * j));
+            *reinterpret_cast<uint4*>(xs + size_t(t) * p.xs_ld + 8 * j) = kFp8 ? gemv_fp8_order(u) : u;
         }
         __syncthreads();
     }
@@ -173,16 +241,69 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         }
 
         const int round = step % n_rounds;
+        if constexpr (kFp8) {
+            // The multipliers of this lane's accumulator rows (8r + 2q + i) for the step's blocks: read
+            // before the mmas, used after them; 0 past N or the last block (those partials are 0 too).
+            const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
+            float sc[kBlocks][kTiles][2];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int k = ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
-            const uint4 xv = g < p.n_tokens && k < K ? *reinterpret_cast<const uint4*>(xs + size_t(g) * p.xs_ld + k)
-                                                     : make_uint4(0, 0, 0, 0);
+            for (int b = 0; b < kBlocks; ++b) {
+                const int kb = (round * kGemvWarps + warp) * kBlocks + b;
 #pragma unroll
-            for (int r = 0; r < kTiles; ++r) {
-                // A rows g + 8 (tokens 8..15) are zero; B = the weight row's k slots of this lane.
-                mma_bf16(acc[r], xv.x, 0u, xv.y, 0u, cur[u][r].x, cur[u][r].y);
-                mma_bf16(acc[r], xv.z, 0u, xv.w, 0u, cur[u][r].z, cur[u][r].w);
+                for (int r = 0; r < kTiles; ++r)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const int row = block * kRows + 8 * r + 2 * q + i;
+                        sc[b][r][i] = kb < n_kblocks && row < N
+                                          ? __ldg(p.w8.scale + size_t(row / p.w8.block_rows) * n_kblocks + kb)
+                                          : 0.f;
+                    }
+            }
+#pragma unroll
+            for (int b = 0; b < kBlocks; ++b) {
+                float part[kTiles][4];
+#pragma unroll
+                for (int r = 0; r < kTiles; ++r) part[r][0] = part[r][1] = part[r][2] = part[r][3] = 0.f;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int u = 2 * b + h;
+                    const int k = ((round * kGemvWarps + warp) * kBlocks + b) * kFp8Block + 64 * h + 16 * q;
+                    uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+                    if (g < p.n_tokens && k < K) {  // K % 16 == 0: a piece is wholly inside or outside
+                        xa = *reinterpret_cast<const uint4*>(xs + size_t(g) * p.xs_ld + k);
+                        xb = *reinterpret_cast<const uint4*>(xs + size_t(g) * p.xs_ld + k + 8);
+                    }
+                    const uint32_t xw[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+                    for (int r = 0; r < kTiles; ++r) {
+                        const uint32_t cw[4] = {cur[u][r].x, cur[u][r].y, cur[u][r].z, cur[u][r].w};
+#pragma unroll
+                        for (int j = 0; j < 4; ++j) {
+                            uint32_t p02, p13;
+                            e4m3x4_to_bf16x2(cw[j], p02, p13);
+                            // A rows g + 8 (tokens 8..15) are zero; inputs 4j + {0, 2 | 1, 3} of the piece.
+                            mma_bf16(part[r], xw[2 * j], 0u, xw[2 * j + 1], 0u, p02, p13);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < kTiles; ++r) {
+                    acc[r][0] = fmaf(part[r][0], sc[b][r][0], acc[r][0]);
+                    acc[r][1] = fmaf(part[r][1], sc[b][r][1], acc[r][1]);
+                }
+            }
+        } else {
+#pragma unroll
+            for (int u = 0; u < kUnroll; ++u) {
+                const int k = ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
+                const uint4 xv = g < p.n_tokens && k < K ? *reinterpret_cast<const uint4*>(xs + size_t(g) * p.xs_ld + k)
+                                                         : make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int r = 0; r < kTiles; ++r) {
+                    // A rows g + 8 (tokens 8..15) are zero; B = the weight row's k slots of this lane.
+                    mma_bf16(acc[r], xv.x, 0u, xv.y, 0u, cur[u][r].x, cur[u][r].y);
+                    mma_bf16(acc[r], xv.z, 0u, xv.w, 0u, cur[u][r].z, cur[u][r].w);
+                }
             }
         }
 
@@ -265,11 +386,12 @@ bool gemv_fits(int n_tokens, int n_in) {
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
+    const bool fp8 = a.w8.codes != nullptr;
     const int rows = a.gemv_rows ? a.gemv_rows : gemv_rows_auto(a.n_out);
     OSPREY_CHECK(rows == 8 || rows == 16 || rows == 32, "linear: GEMV rows per CTA must be 8, 16 or 32, got ",
                  a.gemv_rows);
     const int tiles = rows / 8;
-    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in);
+    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8);
     const GemvParams p{.y = a.y,
                        .x = a.x,
                        .w = a.w,
@@ -279,17 +401,20 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .n_in = a.n_in,
                        .ldx = ldx,
                        .ldy = ldy,
-                       .xs_ld = gemv_xs_ld(a.n_in),
+                       .xs_ld = gemv_xs_ld(a.n_in, fp8),
                        .accumulate = a.accumulate,
                        .norm = a.norm,
                        .acc_moe_y = a.acc_moe_y,
-                       .acc_moe_w = a.acc_moe_w};
+                       .acc_moe_w = a.acc_moe_w,
+                       .w8 = a.w8};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
             dispatch_bool(a.norm.res != nullptr, [&]<bool kNorm>() {
-                cuda::launch(gemv_kernel<kTiles, kF32, kNorm>, grid, kGemvThreads, smem, stream, p);
+                dispatch_bool(fp8, [&]<bool kFp8>() {
+                    cuda::launch(gemv_kernel<kTiles, kF32, kNorm, kFp8>, grid, kGemvThreads, smem, stream, p);
+                });
             });
         });
     });
@@ -297,19 +422,27 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
 }
 
 // gemv_wide (linear.h): one warp per output feature n streams W's row once (16-byte loads, twelve in
-// flight per lane: a whole 2880-wide row in one round) and dots it with the kT token rows of x (read
-// through L1: x is tiny); FP32 accumulation, a warp reduction, then bias / residual / rounding.
+// flight per lane: a whole 2880-wide BF16 row in one round) and dots it with the kT token rows of x
+// (read through L1: x is tiny); FP32 accumulation, a warp reduction, then bias / residual / rounding.
+// FP8 (kFp8): a load is 16 codes, decoded exactly to floats (e4m3x2_to_float2); their partial dot is
+// multiplied by the multiplier of the 128-input block it lies in before it joins the accumulator (one
+// multiply per 16 weights and token; the block's sum is then complete once the lanes are reduced).
 constexpr int kWideWarps = 8;
 constexpr int kWideUnroll = 12;
 
-template <int kT, bool kF32>
+template <int kT, bool kF32, bool kFp8>
 __global__ void __launch_bounds__(kWideWarps * kWarpSize) gemv_wide_kernel(const LinearArgs a, int ldx, int ldy) {
     pdl_enter();  // launch.cuh: before any early return or global access
     const int lane = threadIdx.x % kWarpSize;
     const int n = blockIdx.x * kWideWarps + threadIdx.x / kWarpSize;
     if (n >= a.n_out) return;
-    const uint4* w = reinterpret_cast<const uint4*>(a.w + size_t(n) * a.n_in);
-    const int n_vec = a.n_in / 8;
+    constexpr int kPerVec = kFp8 ? 16 : 8;  // weights per 16-byte load
+    const uint4* w = kFp8 ? reinterpret_cast<const uint4*>(a.w8.codes + size_t(n) * a.n_in)
+                          : reinterpret_cast<const uint4*>(a.w + size_t(n) * a.n_in);
+    const int n_vec = a.n_in / kPerVec;
+    // FP8: the row's multipliers, one per 128 inputs (8 loads)
+    const float* w_scale = kFp8 ? a.w8.scale + size_t(n / a.w8.block_rows) * ((a.n_in + kFp8Block - 1) / kFp8Block)
+                                : nullptr;
     float acc[kT];
 #pragma unroll
     for (int t = 0; t < kT; ++t) acc[t] = 0.f;
@@ -324,15 +457,37 @@ __global__ void __launch_bounds__(kWideWarps * kWarpSize) gemv_wide_kernel(const
         for (int u = 0; u < kWideUnroll; ++u) {
             const int v = base + u * kWarpSize;
             if (v >= n_vec) break;
-            float wf[8];
-            bf16x8_to_float(wv[u], wf);
+            float wf[kPerVec];
+            if constexpr (kFp8) {
+                const uint32_t cw[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float2 lo = e4m3x2_to_float2(cw[j]), hi = e4m3x2_to_float2(cw[j] >> 16);
+                    wf[4 * j] = lo.x, wf[4 * j + 1] = lo.y, wf[4 * j + 2] = hi.x, wf[4 * j + 3] = hi.y;
+                }
+            } else {
+                bf16x8_to_float(wv[u], reinterpret_cast<float(&)[8]>(wf));
+            }
+            const float s = kFp8 ? __ldg(w_scale + v * kPerVec / kFp8Block) : 1.f;
 #pragma unroll
             for (int t = 0; t < kT; ++t) {
                 if (t >= a.n_tokens) break;
-                float xf[8];
-                bf16x8_to_float(__ldg(reinterpret_cast<const uint4*>(a.x + size_t(t) * ldx) + v), xf);
+                const uint4* xv = reinterpret_cast<const uint4*>(a.x + size_t(t) * ldx) + v * (kPerVec / 8);
+                float dot = 0.f;
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[t] = fmaf(wf[e], xf[e], acc[t]);
+                for (int h = 0; h < kPerVec / 8; ++h) {
+                    float xf[8];
+                    bf16x8_to_float(__ldg(xv + h), xf);
+#pragma unroll
+                    for (int e = 0; e < 8; ++e) {
+                        if constexpr (kFp8) {
+                            dot = fmaf(wf[8 * h + e], xf[e], dot);
+                        } else {
+                            acc[t] = fmaf(wf[8 * h + e], xf[e], acc[t]);
+                        }
+                    }
+                }
+                if constexpr (kFp8) acc[t] = fmaf(dot, s, acc[t]);
             }
         }
     }
@@ -356,32 +511,84 @@ void gemv_wide(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
     dispatch_int<1, 2, 4, 8>("gemv tokens", t_case, [&]<int kT>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
-            cuda::launch(gemv_wide_kernel<kT, kF32>, grid, kWideWarps * kWarpSize, 0, stream, a, ldx, ldy);
+            dispatch_bool(a.w8.codes != nullptr, [&]<bool kFp8>() {
+                cuda::launch(gemv_wide_kernel<kT, kF32, kFp8>, grid, kWideWarps * kWarpSize, 0, stream, a, ldx, ldy);
+            });
         });
     });
     CUDA_CHECK(cudaGetLastError());
 }
 
+// FP8 prefill: rows [n0, n0 + rows) of an FP8 weight as BF16, out[r][k] = bf16(e4m3(code) · multiplier)
+// (the product in FP32, one rounding to BF16: what the BF16 GEMM then reads). 16 codes per thread and
+// step when K is a multiple of 16 (16-byte loads), one otherwise.
+constexpr int kDequantThreads = 256;
+
+__global__ void __launch_bounds__(kDequantThreads) fp8_dequant_rows_kernel(bf16* out, const Fp8Weight w, int n0,
+                                                                           int rows, int K) {
+    pdl_enter();  // launch.cuh (out may still be read by the previous chunk's GEMM: stream order)
+    const int n_kblocks = (K + kFp8Block - 1) / kFp8Block;
+    const size_t stride = size_t(gridDim.x) * kDequantThreads;
+    const size_t first = size_t(blockIdx.x) * kDequantThreads + threadIdx.x;
+    if (K % 16 == 0) {
+        const int per_row = K / 16;
+        for (size_t i = first; i < size_t(rows) * per_row; i += stride) {
+            const int r = int(i / per_row), k = int(i % per_row) * 16;
+            const int n = n0 + r;
+            const uint4 c = __ldcs(reinterpret_cast<const uint4*>(w.codes + size_t(n) * K + k));
+            const float s = __ldg(w.scale + size_t(n / w.block_rows) * n_kblocks + k / kFp8Block);
+            const uint32_t cw[4] = {c.x, c.y, c.z, c.w};
+            float f[16];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 lo = e4m3x2_to_float2(cw[j]), hi = e4m3x2_to_float2(cw[j] >> 16);
+                f[4 * j] = lo.x * s, f[4 * j + 1] = lo.y * s, f[4 * j + 2] = hi.x * s, f[4 * j + 3] = hi.y * s;
+            }
+            uint4* dst = reinterpret_cast<uint4*>(out + size_t(r) * K + k);
+            dst[0] = float_to_bf16x8(reinterpret_cast<const float(&)[8]>(f[0]));
+            dst[1] = float_to_bf16x8(reinterpret_cast<const float(&)[8]>(f[8]));
+        }
+    } else {
+        for (size_t i = first; i < size_t(rows) * K; i += stride) {
+            const int r = int(i / K), k = int(i % K);
+            const int n = n0 + r;
+            const float s = __ldg(w.scale + size_t(n / w.block_rows) * n_kblocks + k / kFp8Block);
+            out[size_t(r) * K + k].bits =
+                __bfloat16_as_ushort(__float2bfloat16_rn(e4m3x2_to_float2(w.codes[size_t(n) * K + k]).x * s));
+        }
+    }
+}
+
 // Opts every GEMV instance in to all the dynamic shared memory a block may have (x of 8 tokens at
 // K = 4096 is 66 KB). Done by Blas's constructor, before any graph capture (not a stream operation).
+template <int kTiles, bool kF32, bool kNorm, bool kFp8>
+void gemv_configure_one(int smem_limit) {
+    cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_kernel<kTiles, kF32, kNorm, kFp8>));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<kTiles, kF32, kNorm, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_limit - int(attr.sharedSizeBytes)));
+}
+
 void gemv_configure() {
     const int smem_limit = smem_optin();
-    for (auto kernel : {gemv_kernel<1, false, false>, gemv_kernel<1, true, false>, gemv_kernel<2, false, false>,
-                        gemv_kernel<2, true, false>, gemv_kernel<4, false, false>, gemv_kernel<4, true, false>,
-                        gemv_kernel<1, false, true>, gemv_kernel<1, true, true>, gemv_kernel<2, false, true>,
-                        gemv_kernel<2, true, true>, gemv_kernel<4, false, true>, gemv_kernel<4, true, true>}) {
-        cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        smem_limit - int(attr.sharedSizeBytes)));
-    }
+    for (const int tiles : {1, 2, 4})
+        dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
+            for (const bool f32 : {false, true})
+                dispatch_bool(f32, [&]<bool kF32>() {
+                    for (const bool norm : {false, true})
+                        dispatch_bool(norm, [&]<bool kNorm>() {
+                            gemv_configure_one<kTiles, kF32, kNorm, false>(smem_limit);
+                            gemv_configure_one<kTiles, kF32, kNorm, true>(smem_limit);
+                        });
+                });
+        });
 }
 
 }  // namespace
 
-bool gemv_norm_supported(int n_tokens, int n_in) {
+bool gemv_norm_supported(int n_tokens, int n_in, bool fp8_weight) {
     return n_tokens >= 1 && n_tokens <= kGemvMaxTokens && n_in % 8 == 0 && n_in <= kRmsNormMaxChannels &&
-           gemv_fits(n_tokens, n_in);
+           gemv_fits(n_tokens, n_in) && (!fp8_weight || fp8_gemv_shape_ok(n_in));
 }
 
 struct Blas::Plan {
@@ -406,6 +613,11 @@ Blas::Blas(size_t workspace_bytes) : workspace_(workspace_bytes) {
 Blas::~Blas() {
     for (auto& [key, plan] : plans_) delete plan;
     if (handle_) cublasLtDestroy(handle_);
+}
+
+void Blas::reserve_fp8_scratch(size_t bytes) {
+    if (fp8_scratch_.bytes() >= bytes) return;
+    fp8_scratch_ = DeviceBuffer<bf16>(bytes / sizeof(bf16));
 }
 
 Blas::Plan& Blas::plan_for(const LinearArgs& a) {
@@ -455,7 +667,12 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK(a.n_tokens > 0 && a.n_out > 0 && a.n_in > 0, "linear: empty shape T=", a.n_tokens, " N=", a.n_out,
                  " K=", a.n_in);
     const bool fused = a.norm.res != nullptr || a.acc_moe_y != nullptr;
-    OSPREY_CHECK((a.x || a.norm.res) && a.w && a.y, "linear: null pointer");
+    const bool fp8 = a.w8.codes != nullptr;
+    const void* w = fp8 ? static_cast<const void*>(a.w8.codes) : a.w;
+    OSPREY_CHECK((a.x || a.norm.res) && w && a.y, "linear: null pointer");
+    OSPREY_CHECK(!fp8 || (!a.w && a.w8.scale && a.w8.block_rows >= 1 && a.w8.block_rows <= kFp8Block),
+                 "linear: an FP8 weight takes no BF16 w, needs its multipliers and 1..128 rows per multiplier row "
+                 "(block_rows ", a.w8.block_rows, ")");
     OSPREY_CHECK(!a.norm.res || (!a.x && a.norm.gain && (!a.norm.moe_y || a.norm.moe_w) &&
                                  a.n_in <= kRmsNormMaxChannels && a.n_in % 8 == 0),
                  "linear: the norm prologue takes no x, needs the gain (and moe_w with moe_y) and K a multiple of 8 up "
@@ -466,32 +683,38 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     OSPREY_CHECK((a.ldx == 0 || a.ldx >= a.n_in) && (a.ldy == 0 || a.ldy >= a.n_out),
                  "linear: row stride smaller than the row (ldx ", a.ldx, ", ldy ", a.ldy, ")");
     const int ldx = a.ldx ? a.ldx : a.n_in, ldy = a.ldy ? a.ldy : a.n_out;
-    const bool wide_ok = a.n_tokens <= kGemvMaxTokens && a.n_in % 8 == 0 && ldx % 8 == 0 && aligned16(a.x) &&
-                         aligned16(a.w);
+    // The GEMV kernels read W in 16-byte pieces: K a multiple of 8 (BF16) or 16 (FP8), rows aligned.
+    const bool k_ok = fp8 ? fp8_gemv_shape_ok(a.n_in) : a.n_in % 8 == 0;
+    const bool wide_ok = a.n_tokens <= kGemvMaxTokens && k_ok && ldx % 8 == 0 && aligned16(a.x) && aligned16(w);
     const bool gemv_ok = wide_ok && gemv_fits(a.n_tokens, a.n_in);
     if (fused) {  // only the GEMV kernel has the norm prologue and the MoE residual add
-        OSPREY_CHECK(gemv_norm_supported(a.n_tokens, a.n_in) && a.path != LinearPath::blas &&
+        OSPREY_CHECK(gemv_norm_supported(a.n_tokens, a.n_in, fp8) && a.path != LinearPath::blas &&
                          a.path != LinearPath::gemv_wide,
                      "linear: the norm prologue and acc_moe_y need the GEMV path (T=", a.n_tokens, ", K=", a.n_in,
-                     ")");
-        OSPREY_CHECK(aligned16(a.w) && (a.x ? aligned16(a.x) && ldx % 8 == 0 : true) &&
+                     fp8 ? ", FP8: K a multiple of 16" : "", ")");
+        OSPREY_CHECK(aligned16(w) && (a.x ? aligned16(a.x) && ldx % 8 == 0 : true) &&
                          (!a.norm.h || aligned16(a.norm.h)) && (!a.norm.res || aligned16(a.norm.res)),
                      "linear: the GEMV path needs 16-byte aligned W, x, h and residual");
         gemv(a, ldx, ldy, stream);
         return;
     }
     OSPREY_CHECK(a.path != LinearPath::gemv_wide || wide_ok, "linear: the wide GEMV path needs <= ", kGemvMaxTokens,
-                 " tokens, K and ldx multiples of 8 and 16-byte aligned x, W (T=", a.n_tokens, ", K=", a.n_in, ")");
+                 " tokens, K (a multiple of ", fp8 ? 16 : 8, ") and ldx multiples of 8 and 16-byte aligned x, W (T=",
+                 a.n_tokens, ", K=", a.n_in, ")");
     if (a.path == LinearPath::gemv_wide ||
         (a.path == LinearPath::automatic && wide_ok && a.n_tokens == 1 && a.n_out >= kGemvWideMinOut)) {
         gemv_wide(a, ldx, ldy, stream);
         return;
     }
     OSPREY_CHECK(a.path != LinearPath::gemv || gemv_ok, "linear: the GEMV path needs <= ", kGemvMaxTokens,
-                 " tokens, K and ldx multiples of 8, 16-byte aligned x, W and x in shared memory (T=", a.n_tokens,
-                 ", K=", a.n_in, ")");
+                 " tokens, K (a multiple of ", fp8 ? 16 : 8, ") and ldx multiples of 8, 16-byte aligned x, W and x in "
+                 "shared memory (T=", a.n_tokens, ", K=", a.n_in, ")");
     if (a.path == LinearPath::gemv || (a.path == LinearPath::automatic && gemv_ok && a.n_tokens <= kGemvAutoTokens)) {
         gemv(a, ldx, ldy, stream);
+        return;
+    }
+    if (fp8) {
+        fp8_dequant_linear(a, ldx, ldy, stream);
         return;
     }
     Plan& p = plan_for(a);
@@ -503,6 +726,49 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
     const float alpha = 1.0f, beta = a.accumulate ? 1.0f : 0.0f;
     CUBLAS_CHECK(cublasLtMatmul(handle_, p.op, &alpha, a.w, p.a, a.x, p.b, &beta, a.y, p.c, a.y, p.c, &p.algo,
                                 workspace_.get(), workspace_.bytes(), stream));
+}
+
+// FP8 prefill (T > 8, or shapes the GEMVs do not take): the simplest correct path. W is dequantised to
+// BF16 (fp8_dequant_rows_kernel: one rounding of code · multiplier per weight, 2^-9 relative, the
+// rounding a BF16 checkpoint's weights carry too) in chunks of rows that fit the scratch, and each chunk
+// runs as an ordinary BF16 cuBLASLt linear writing its columns of y (y + n0 with the row stride ldy;
+// bias + n0). The scratch is bounded (kFp8ScratchBytes: the 201088 x 2880 unembedding takes 18
+// chunks of 11650 rows) and reused by every call, in stream order. Traffic per call: the codes once,
+// the BF16 chunk written and read: about 5x the codes' bytes, which prefill's GEMM time hides at
+// T in the hundreds; a block-scaled FP8 GEMM that decodes into shared memory would remove it.
+void Blas::fp8_dequant_linear(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
+    if (fp8_scratch_.size() == 0) {
+        cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+        CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+        OSPREY_CHECK(capturing == cudaStreamCaptureStatusNone,
+                     "linear: the FP8 dequantisation scratch must be reserved before a graph capture "
+                     "(Blas::reserve_fp8_scratch)");
+        reserve_fp8_scratch();
+    }
+    const size_t max_rows = fp8_scratch_.size() / size_t(a.n_in);
+    OSPREY_CHECK(max_rows >= 1, "linear: the FP8 scratch (", fp8_scratch_.bytes(), " bytes) holds no row of K=",
+                 a.n_in);
+    const int chunk = int(std::min<size_t>(max_rows, size_t(a.n_out)));
+    const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(bf16);
+    const size_t bias_elem = a.y_f32 ? sizeof(float) : sizeof(bf16);
+    for (int n0 = 0; n0 < a.n_out; n0 += chunk) {
+        const int rows = std::min(chunk, a.n_out - n0);
+        const size_t work = size_t(rows) * a.n_in / (a.n_in % 16 == 0 ? 16 : 1);
+        const int grid = int(std::min<size_t>((work + kDequantThreads - 1) / kDequantThreads, size_t(8) * sm_count()));
+        cuda::launch(fp8_dequant_rows_kernel, grid, kDequantThreads, 0, stream, fp8_scratch_.get(), a.w8, n0, rows,
+                     a.n_in);
+        CUDA_CHECK(cudaGetLastError());
+        LinearArgs c = a;
+        c.w8 = {};
+        c.w = fp8_scratch_.get();
+        c.y = static_cast<uint8_t*>(a.y) + size_t(n0) * y_elem;
+        c.bias = a.bias ? static_cast<const uint8_t*>(a.bias) + size_t(n0) * bias_elem : nullptr;
+        c.n_out = rows;
+        c.ldx = ldx;
+        c.ldy = ldy;
+        c.path = LinearPath::blas;
+        linear(c, stream);
+    }
 }
 
 }  // namespace osprey::cuda

@@ -1,6 +1,13 @@
 // Dense linear layers through cuBLASLt: y[T, N] = x[T, K] · W[N, K]ᵀ (+ b[N]) (+ y), BF16 operands,
 // FP32 accumulation, bias (and optionally the residual) fused into the epilogue. W is row-major
 // [out, in] exactly as stored in the checkpoint, so no weight is ever transposed or copied.
+//
+// W may instead be FP8 E4M3 with one F32 multiplier per 128-input block of rows (Fp8Weight; the
+// block-FP8 checkpoint layout, core/fp8.h, docs/fp8.md): W[n, k] = e4m3(Q[n, k]) · scale[n / R][k / 128].
+// Decode sizes (T <= 8) read the codes directly (half the bytes of BF16): the GEMV kernels decode
+// E4M3 -> BF16 exactly in registers and multiply each 128-input block's FP32 partial sum by its
+// multiplier, as cpu::fp8_matmul does. Larger T dequantises W to BF16 (one rounding per weight) in
+// row chunks through a bounded scratch and runs cuBLASLt on each chunk (linear.cu, "FP8 prefill").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -54,10 +61,22 @@ struct GemvNorm {
 };
 inline constexpr int kGemvNormMaxTokens = 2;  // measured: +3.9% at batch 1, -6% at batch 8 (L2 reads)
 
+// An FP8 weight: E4M3 codes and the multipliers of its blocks of block_rows x 128. A checkpoint
+// matrix has block_rows = 128 (weight_block_size [128, 128]); a matrix made by stacking parts whose
+// row counts or offsets are not multiples of 128 (q, k, v of a small model; a tensor-parallel slice
+// of rows) keeps each part's multipliers exactly by repeating them on a finer grid: block_rows is then
+// a divisor of 128 that divides every part boundary (model/cuda/device_weights.cpp).
+struct Fp8Weight {
+    const uint8_t* codes = nullptr;  // [N, K] e4m3 (e4m3fn; NaN codes are not supported), row-major
+    const float* scale = nullptr;    // [ceil(N / block_rows), ceil(K / 128)] f32 multipliers (scale_inv)
+    int block_rows = 128;            // output rows per multiplier row: 1..128
+};
+
 struct LinearArgs {
     void* y = nullptr;            // [T, ldy] bf16 (or f32 when y_f32), row t at y + t * ldy
     const bf16* x = nullptr;      // [T, ldx] bf16
-    const bf16* w = nullptr;      // [N, K] bf16, row-major (checkpoint layout)
+    const bf16* w = nullptr;      // [N, K] bf16, row-major (checkpoint layout); null with an FP8 weight
+    Fp8Weight w8{};               // or: the weight in FP8 (w8.codes non-null; w must then be null)
     const void* bias = nullptr;   // [N] bf16 for a bf16 output, f32 for an f32 output (cuBLASLt's rule); or null
     int n_tokens = 0;             // T
     int n_out = 0;                // N
@@ -75,14 +94,23 @@ struct LinearArgs {
     const float* acc_moe_w = nullptr;  // [T, 4] f32
 };
 
-// Whether the GEMV path (and so GemvNorm and acc_moe_y) serves T tokens of K inputs.
-bool gemv_norm_supported(int n_tokens, int n_in);
+// Whether the GEMV path (and so GemvNorm and acc_moe_y) serves T tokens of K inputs (with an FP8
+// weight when fp8_weight: K must also be a multiple of 16).
+bool gemv_norm_supported(int n_tokens, int n_in, bool fp8_weight = false);
+
+// Whether an FP8 weight of K inputs can take the GEMV paths (codes read in 16-byte pieces that never
+// straddle a row: K a multiple of 16); otherwise every T takes the dequantise + cuBLASLt path.
+inline bool fp8_gemv_shape_ok(int n_in) { return n_in > 0 && n_in % 16 == 0; }
 
 // One cuBLASLt handle with its workspace and a cache of matmul plans (descriptors + the chosen
 // algorithm) per shape, so that steady-state calls do no heuristic queries and can be captured
 // into CUDA graphs.
 class Blas {
 public:
+    // The default bound of the FP8 dequantisation scratch: the 201088 x 2880 unembedding goes through
+    // it in 18 chunks of 11650 rows (linear.cu, "FP8 prefill").
+    static constexpr size_t kFp8ScratchBytes = size_t(64) << 20;
+
     explicit Blas(size_t workspace_bytes = size_t(32) << 20);
     ~Blas();
     Blas(const Blas&) = delete;
@@ -90,13 +118,20 @@ public:
 
     void linear(const LinearArgs& a, cudaStream_t stream);
 
+    // Allocates the FP8 dequantisation scratch now (FP8 linears with T > 8 need it; allocated on first
+    // use otherwise, which a CUDA graph capture cannot do): call before capturing. bytes >= 2 K for
+    // the widest K (one BF16 row).
+    void reserve_fp8_scratch(size_t bytes = kFp8ScratchBytes);
+
 private:
     struct Plan;
     using Key = std::tuple<int, int, int, int, int, bool, bool, bool>;
     Plan& plan_for(const LinearArgs& a);
+    void fp8_dequant_linear(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream);
 
     cublasLtContext* handle_ = nullptr;
     DeviceBuffer<uint8_t> workspace_;
+    DeviceBuffer<bf16> fp8_scratch_;  // [rows, K] bf16 rows of an FP8 weight, dequantised
     std::map<Key, Plan*> plans_;
 };
 

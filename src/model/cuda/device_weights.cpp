@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
 
+#include "core/fp8.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 
 namespace osprey::model {
@@ -96,6 +99,101 @@ void check_bf16(const TensorView& v) {
     OSPREY_CHECK(v.dtype == DType::bf16, v.name, ": expected BF16, got ", v.describe());
 }
 
+// A window of a BF16 or FP8 [R, C] checkpoint matrix: rows [row0, row0 + rows), columns [col0, col0 + cols)
+// (cols 0: all of them).
+struct MatrixWindow {
+    const TensorView* w = nullptr;
+    const TensorView* scale = nullptr;  // FP8: [nb(R), nb(C)] F32 multipliers (Weights' *_scale)
+    int64_t row0 = 0, rows = 0, col0 = 0, cols = 0;
+};
+
+// Copies rows x cols elements of `elem` bytes from the [R, C] matrix at src, window (row0, col0), to dst.
+void upload_window(Uploader& up, uint8_t* dst, const void* src, int64_t C, const MatrixWindow& m, size_t elem) {
+    const auto* base = static_cast<const uint8_t*>(src);
+    if (m.col0 == 0 && m.cols == C) {
+        up.copy(dst, base + size_t(m.row0) * C * elem, size_t(m.rows) * C * elem);
+        return;
+    }
+    std::vector<uint8_t> rows(size_t(m.rows) * m.cols * elem);
+    for (int64_t r = 0; r < m.rows; ++r)
+        std::memcpy(rows.data() + size_t(r) * m.cols * elem, base + (size_t(m.row0 + r) * C + m.col0) * elem,
+                    size_t(m.cols) * elem);
+    up.copy(dst, rows.data(), rows.size());  // (copy() stages the bytes before it returns)
+}
+
+// The windows stacked row-wise into one device linear (q, k, v into qkv; a rank's rows or columns).
+// BF16 windows stay BF16. FP8 windows keep their codes and their multipliers exactly, on a grid of
+// block_rows = the largest power of two <= 128 dividing every window's first source row and its first
+// stacked row (128 for 20b and 120b, whose q_dim and kv_dim are multiples of 128; 64 for the tiny
+// model's k and v), each multiplier repeated over the grid rows of its 128-row block. A column window
+// must start on a 128-column block (the multipliers are per 128 inputs and the kernels start a block
+// at input 0): refused otherwise.
+DeviceLinear upload_linear(Uploader& up, std::initializer_list<MatrixWindow> parts, const char* what) {
+    DeviceLinear d;
+    const TensorView& first = *parts.begin()->w;
+    const bool fp8 = first.dtype == DType::fp8_e4m3;
+    int64_t n = 0, k = -1;
+    int g = fp8::kBlock;  // block_rows
+    for (MatrixWindow m : parts) {
+        const TensorView& w = *m.w;
+        OSPREY_CHECK(w.shape.size() == 2 && (w.dtype == DType::bf16 || w.dtype == DType::fp8_e4m3) &&
+                         w.dtype == first.dtype,
+                     what, ": ", w.name, " is ", w.describe(), " (expected a BF16 or FP8 matrix, all parts alike)");
+        if (m.cols == 0) m.cols = w.shape[1];
+        OSPREY_CHECK(m.row0 >= 0 && m.row0 + m.rows <= w.shape[0] && m.col0 >= 0 && m.col0 + m.cols <= w.shape[1] &&
+                         (k < 0 || k == m.cols),
+                     what, ": window rows [", m.row0, ", ", m.row0 + m.rows, ") columns [", m.col0, ", ",
+                     m.col0 + m.cols, ") of ", w.name, " ", w.describe());
+        k = m.cols;
+        if (fp8) {
+            OSPREY_CHECK(m.col0 % fp8::kBlock == 0, what, ": ", w.name, " is FP8 and this piece's columns start at ",
+                         m.col0, ", inside a 128-column block of multipliers: not supported on the GPU. Use a "
+                         "tensor-parallel layout whose ranks hold a multiple of 2 heads (128 columns), or BF16 "
+                         "attention (--weights bf16, or --convert without attention)");
+            g = std::gcd(g, int(m.row0 % fp8::kBlock));
+            g = std::gcd(g, int(n % fp8::kBlock));
+        }
+        n += m.rows;
+    }
+    if (!fp8) {
+        d.w.resize(size_t(n) * k);
+        int64_t row = 0;
+        for (MatrixWindow m : parts) {
+            if (m.cols == 0) m.cols = m.w->shape[1];
+            upload_window(up, reinterpret_cast<uint8_t*>(d.w.get() + size_t(row) * k), m.w->data, m.w->shape[1], m,
+                          sizeof(bf16));
+            row += m.rows;
+        }
+        return d;
+    }
+    const int64_t nkb = fp8::n_blocks(k);
+    d.block_rows = g;
+    d.codes.resize(size_t(n) * k);
+    std::vector<float> grid(size_t((n + g - 1) / g) * nkb);
+    int64_t row = 0;
+    for (MatrixWindow m : parts) {
+        if (m.cols == 0) m.cols = m.w->shape[1];
+        const TensorView& w = *m.w;
+        const int64_t src_nkb = fp8::n_blocks(w.shape[1]);
+        OSPREY_CHECK(m.scale && m.scale->dtype == DType::f32 && m.scale->shape.size() == 2 &&
+                         m.scale->shape[0] == fp8::n_blocks(w.shape[0]) && m.scale->shape[1] == src_nkb,
+                     what, ": ", w.name, " needs F32 multipliers [", fp8::n_blocks(w.shape[0]), ", ", src_nkb, "], got ",
+                     m.scale ? m.scale->describe() : std::string("none"));
+        upload_window(up, d.codes.get() + size_t(row) * k, w.data, w.shape[1], m, 1);
+        const float* src = m.scale->as<float>();
+        for (int64_t j = row / g; j * g < row + m.rows; ++j) {  // grid rows of this window
+            const int64_t src_block = (m.row0 + j * g - row) / fp8::kBlock;
+            for (int64_t kb = 0; kb < nkb; ++kb)
+                grid[size_t(j) * nkb + kb] = src[size_t(src_block) * src_nkb + m.col0 / fp8::kBlock + kb];
+        }
+        row += m.rows;
+    }
+    d.scale.resize(grid.size());
+    up.copy(d.scale.get(), grid.data(), grid.size() * sizeof(float));
+    if (g != fp8::kBlock) log::debug(what, ": FP8 multipliers on a grid of ", g, " rows (parts not 128-aligned)");
+    return d;
+}
+
 }  // namespace
 
 DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
@@ -112,27 +210,25 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
     for (int i = 0; i < c.n_layers; ++i) {
         const LayerWeights& l = w.layers[i];
         DeviceLayer& dl = d.layers[i];
-        for (const TensorView* v : {&l.q_w, &l.k_w, &l.v_w, &l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_w, &l.out_b,
-                                    &l.router_w, &l.router_b, &l.mlp1_bias, &l.mlp2_bias})
+        for (const TensorView* v : {&l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_b, &l.router_w, &l.router_b,
+                                    &l.mlp1_bias, &l.mlp2_bias})
             check_bf16(*v);
         upload_f32(dl.attn_norm, l.attn_norm);
         upload_f32(dl.mlp_norm, l.mlp_norm);
         // q, k, v rows back to back: one [Q + 2K, H] weight and one [Q + 2K] bias.
-        dl.qkv_w.resize(size_t(c.q_dim() + 2 * c.kv_dim()) * c.d_model);
+        dl.qkv_w = upload_linear(up,
+                                 {{.w = &l.q_w, .scale = &l.q_scale, .rows = c.q_dim()},
+                                  {.w = &l.k_w, .scale = &l.k_scale, .rows = c.kv_dim()},
+                                  {.w = &l.v_w, .scale = &l.v_scale, .rows = c.kv_dim()}},
+                                 "qkv");
         dl.qkv_b.resize(size_t(c.q_dim() + 2 * c.kv_dim()));
         size_t row = 0;
-        for (const auto* pair : {&l.q_w, &l.k_w, &l.v_w}) {
-            up.copy(dl.qkv_w.get() + row * c.d_model, pair->data, pair->nbytes());
-            row += size_t(pair->shape[0]);
-        }
-        OSPREY_CHECK(row == size_t(c.q_dim() + 2 * c.kv_dim()), "layer ", i, ": q/k/v rows ", row);
-        row = 0;
         for (const auto* b : {&l.q_b, &l.k_b, &l.v_b}) {
             up.copy(dl.qkv_b.get() + row, b->data, b->nbytes());
             row += size_t(b->numel());
         }
         up.upload(dl.sinks, l.sinks);
-        up.upload(dl.out_w, l.out_w);
+        dl.out_w = upload_linear(up, {{.w = &l.out_w, .scale = &l.out_scale, .rows = c.d_model}}, "out_proj");
         upload_f32(dl.out_b, l.out_b);
         up.upload(dl.router_w, l.router_w);
         upload_f32(dl.router_b, l.router_b);
@@ -144,8 +240,8 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         up.upload(dl.mlp2_bias, l.mlp2_bias);
     }
     upload_f32(d.final_norm, w.final_norm);
-    check_bf16(w.unembedding);
-    up.upload(d.unembedding, w.unembedding);
+    d.unembedding = upload_linear(up, {{.w = &w.unembedding, .scale = &w.unembedding_scale, .rows = c.vocab_size}},
+                                  "unembedding");
     up.finish();
     d.stats.bytes = d.device_bytes();
     d.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -163,7 +259,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
     d.config = c;
     Uploader up(w.total_bytes(), false);
     (void)progress;
-    const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), Q = size_t(c.q_dim()), I = size_t(c.d_ff);
+    const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), I = size_t(c.d_ff);
     const size_t h0 = size_t(p.heads.first) * hd, QL = size_t(p.heads.count) * hd;
     const size_t kv0 = size_t(p.kv_heads.first) * hd, KL = size_t(p.kv_heads.count) * hd;
     const size_t e0 = size_t(p.experts.first), ne = size_t(p.experts.count);
@@ -176,29 +272,27 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
     for (int i = 0; i < c.n_layers; ++i) {
         const LayerWeights& l = w.layers[i];
         DeviceLayer& dl = d.layers[i];
-        for (const TensorView* v : {&l.q_w, &l.k_w, &l.v_w, &l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_w, &l.out_b,
-                                    &l.router_w, &l.router_b, &l.mlp1_bias, &l.mlp2_bias})
+        for (const TensorView* v : {&l.q_b, &l.k_b, &l.v_b, &l.sinks, &l.out_b, &l.router_w, &l.router_b,
+                                    &l.mlp1_bias, &l.mlp2_bias})
             check_bf16(*v);
         upload_f32(dl.attn_norm, l.attn_norm);
         upload_f32(dl.mlp_norm, l.mlp_norm);
         // q, k, v rows of this rank's heads back to back: [QL + 2 KL, H] and [QL + 2 KL].
-        dl.qkv_w.resize((QL + 2 * KL) * H);
+        dl.qkv_w = upload_linear(up,
+                                 {{.w = &l.q_w, .scale = &l.q_scale, .row0 = int64_t(h0), .rows = int64_t(QL)},
+                                  {.w = &l.k_w, .scale = &l.k_scale, .row0 = int64_t(kv0), .rows = int64_t(KL)},
+                                  {.w = &l.v_w, .scale = &l.v_scale, .row0 = int64_t(kv0), .rows = int64_t(KL)}},
+                                 "qkv");
         dl.qkv_b.resize(QL + 2 * KL);
-        up.copy(dl.qkv_w.get(), bytes_of(l.q_w) + h0 * H * 2, QL * H * 2);
-        up.copy(dl.qkv_w.get() + QL * H, bytes_of(l.k_w) + kv0 * H * 2, KL * H * 2);
-        up.copy(dl.qkv_w.get() + (QL + KL) * H, bytes_of(l.v_w) + kv0 * H * 2, KL * H * 2);
         up.copy(dl.qkv_b.get(), bytes_of(l.q_b) + h0 * 2, QL * 2);
         up.copy(dl.qkv_b.get() + QL, bytes_of(l.k_b) + kv0 * 2, KL * 2);
         up.copy(dl.qkv_b.get() + QL + KL, bytes_of(l.v_b) + kv0 * 2, KL * 2);
         dl.sinks.resize(size_t(p.heads.count));
         up.copy(dl.sinks.get(), bytes_of(l.sinks) + size_t(p.heads.first) * 2, size_t(p.heads.count) * 2);
         // out_w [H, Q]: the columns of this rank's heads.
-        {
-            std::vector<uint8_t> cols(H * QL * 2);
-            for (size_t r = 0; r < H; ++r) std::memcpy(cols.data() + r * QL * 2, bytes_of(l.out_w) + (r * Q + h0) * 2, QL * 2);
-            dl.out_w.resize(H * QL);
-            up.copy(dl.out_w.get(), cols.data(), cols.size());
-        }
+        dl.out_w = upload_linear(
+            up, {{.w = &l.out_w, .scale = &l.out_scale, .rows = int64_t(H), .col0 = int64_t(h0), .cols = int64_t(QL)}},
+            "out_proj");
         if (p.out_bias) {
             upload_f32(dl.out_b, l.out_b);
         } else {
@@ -247,9 +341,9 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
         up.finish_pending();  // the host staging vectors above die at the end of this iteration
     }
     upload_f32(d.final_norm, w.final_norm);
-    check_bf16(w.unembedding);
-    d.unembedding.resize(size_t(p.vocab.count) * H);
-    up.copy(d.unembedding.get(), bytes_of(w.unembedding) + size_t(p.vocab.first) * H * 2, size_t(p.vocab.count) * H * 2);
+    d.unembedding = upload_linear(
+        up, {{.w = &w.unembedding, .scale = &w.unembedding_scale, .row0 = p.vocab.first, .rows = p.vocab.count}},
+        "unembedding");
     up.finish();
     d.stats.bytes = d.device_bytes();
     d.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

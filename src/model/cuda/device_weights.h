@@ -1,7 +1,9 @@
 // gpt-oss weights in device memory, loaded from a checkpoint folder (tiny, 20b, 120b; either layout).
-// Experts stay MXFP4 blocks/scales exactly as shipped (never materialised as BF16); every other
-// matrix is BF16; norm gains are widened to FP32 (they may be stored BF16 or F32); q, k and v are
-// concatenated into one [q_dim + 2 kv_dim, d_model] weight (and bias) so that one GEMM makes qkv.
+// Experts stay MXFP4 blocks/scales exactly as shipped (never materialised as BF16); the attention
+// projections and the unembedding are BF16, or FP8 E4M3 with their F32 block multipliers when the
+// Weights hold them so (a converted folder, --weights fp8; docs/fp8.md); the router and embedding are
+// BF16; norm gains are widened to FP32 (they may be stored BF16 or F32); q, k and v are concatenated
+// into one [q_dim + 2 kv_dim, d_model] weight (and bias) so that one GEMM makes qkv.
 // Loading streams the memory-mapped shards through pinned staging buffers in large sequential
 // copies, with a progress bar on the terminal.
 #pragma once
@@ -10,18 +12,39 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/runtime.h"
 #include "model/parallel_layout.h"
 #include "model/weights.h"
 
 namespace osprey::model {
 
+// A dense weight [N, K] on the device: BF16, or FP8 E4M3 codes with one F32 multiplier per block of
+// block_rows x 128 (kernels/cuda/linear.h Fp8Weight). Stacked or sliced FP8 parts keep their own
+// multipliers exactly: block_rows is 128 when every part starts on a 128-row boundary (20b, 120b),
+// else the largest power of two dividing every boundary (the tiny model's 64-row k and v), the
+// multipliers repeated on that grid. Pass it to a linear as `.w = l.bf16_weight(), .w8 = l.fp8_weight()`.
+struct DeviceLinear {
+    cuda::DeviceBuffer<bf16> w;         // [N, K] bf16 (empty when FP8)
+    cuda::DeviceBuffer<uint8_t> codes;  // [N, K] e4m3 (empty when BF16)
+    cuda::DeviceBuffer<float> scale;    // [ceil(N / block_rows), ceil(K / 128)] f32
+    int block_rows = 128;
+
+    bool is_fp8() const { return codes.size() > 0; }
+    const bf16* bf16_weight() const { return is_fp8() ? nullptr : w.get(); }
+    cuda::Fp8Weight fp8_weight() const {
+        return is_fp8() ? cuda::Fp8Weight{.codes = codes.get(), .scale = scale.get(), .block_rows = block_rows}
+                        : cuda::Fp8Weight{};
+    }
+    size_t bytes() const { return w.bytes() + codes.bytes() + scale.bytes(); }
+};
+
 struct DeviceLayer {
     cuda::DeviceBuffer<float> attn_norm;      // [H] f32
-    cuda::DeviceBuffer<bf16> qkv_w;           // [Q + 2K, H] bf16: q rows, k rows, v rows
+    DeviceLinear qkv_w;                       // [Q + 2K, H] bf16 or fp8: q rows, k rows, v rows
     cuda::DeviceBuffer<bf16> qkv_b;           // [Q + 2K]
     cuda::DeviceBuffer<bf16> sinks;           // [NH]
-    cuda::DeviceBuffer<bf16> out_w;           // [H, Q]
+    DeviceLinear out_w;                       // [H, Q] bf16 or fp8
     cuda::DeviceBuffer<float> out_b;          // [H] f32 (f32-output GEMM epilogue)
     cuda::DeviceBuffer<float> mlp_norm;       // [H] f32
     cuda::DeviceBuffer<bf16> router_w;        // [E, H]
@@ -49,13 +72,15 @@ public:
     // intermediate columns [ff.first, ff.end()) padded with zero weights to d_ff_padded (a whole
     // number of the expert kernels' 64-column tiles; mlp2_bias zero unless piece.down_bias), its
     // unembedding rows. Embedding, norms and router whole. A whole piece is load(w, progress).
+    // FP8 attention: the out-projection's column slice must start on a 128-column block (its
+    // multipliers are per 128 inputs; a slice starting inside a block is refused by name).
     static DeviceWeights load(const Weights& w, bool progress, const ModelShard& piece, int d_ff_padded);
 
     Config config;
     cuda::DeviceBuffer<bf16> embedding;    // [vocab, H]
     std::vector<DeviceLayer> layers;       // [n_layers]
     cuda::DeviceBuffer<float> final_norm;  // [H] f32
-    cuda::DeviceBuffer<bf16> unembedding;  // [vocab, H]
+    DeviceLinear unembedding;              // [vocab, H] bf16 or fp8
     LoadStats stats;
     size_t device_bytes() const;
 };

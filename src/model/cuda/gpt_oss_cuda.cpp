@@ -167,6 +167,9 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     rope_cos_.upload(rope_.cos());
     rope_sin_.upload(rope_.sin());
     blas_ = std::make_unique<cuda::Blas>();
+    // FP8 linears of more than 8 tokens dequantise through a scratch that a graph capture cannot allocate.
+    if (weights_.unembedding.is_fp8() || (!weights_.layers.empty() && weights_.layers[0].qkv_w.is_fp8()))
+        blas_->reserve_fp8_scratch();
     OSPREY_CHECK(options_.kv_dtype == KvDtype::bf16 || options_.kv_dtype == KvDtype::fp8_e4m3,
                  "cuda: the KV cache is bf16 or fp8, not ", kv_dtype_name(options_.kv_dtype));
     OSPREY_CHECK(!fp8_kv() || c.head_dim == cuda::kAttnHeadDim, "cuda: the FP8 KV cache is compiled for head_dim ",
@@ -585,8 +588,9 @@ void CudaRunner::score_prompt(const ForwardBatch& batch) {
         if (!dump_) a.add_moe(norm);
         cuda::rmsnorm(norm, stream_);
         // logits = h · Wunembᵀ                                              [n, vocab] f32
-        blas_->linear({.y = score_logits_.get(), .x = score_h_.get(), .w = weights_.unembedding.get(),
-                       .n_tokens = int(n), .n_out = c.vocab_size, .n_in = c.d_model, .y_f32 = true},
+        blas_->linear({.y = score_logits_.get(), .x = score_h_.get(), .w = weights_.unembedding.bf16_weight(),
+                       .w8 = weights_.unembedding.fp8_weight(), .n_tokens = int(n), .n_out = c.vocab_size,
+                       .n_in = c.d_model, .y_f32 = true},
                       stream_);
         logits.resize(n * size_t(c.vocab_size));
         CUDA_CHECK(cudaMemcpyAsync(logits.data(), score_logits_.get(), logits.size() * sizeof(float),
@@ -633,7 +637,8 @@ bool CudaRunner::fuse_norms(int T) const {
     }();
     return enabled && !dump_ && capture_layers_.empty() && !sharded() && !dims_.dp && !dims_.attn_reduce &&
            T <= cuda::kGemvNormMaxTokens &&
-           cuda::gemv_norm_supported(T, config_.d_model);
+           cuda::gemv_norm_supported(T, config_.d_model, weights_.layers[0].qkv_w.is_fp8()) &&
+           (!weights_.layers[0].out_w.is_fp8() || cuda::fp8_gemv_shape_ok(dims_.q_dim));
 }
 
 bool CudaRunner::fuse_rope(const Step& step) const {
@@ -677,8 +682,9 @@ void CudaRunner::attention_block(int layer, const Step& step) {
         }
     dump("attn_norm", layer, a.h, T, c.d_model, true);
     // qkv = h · Wqkvᵀ + b (q, k, v weights concatenated: one GEMM)      [T, q_dim + 2 kv_dim]
-    cuda::LinearArgs qkv{.y = a.qkv, .x = a.h, .w = w.qkv_w.get(), .bias = w.qkv_b.get(), .n_tokens = T,
-                         .n_out = qkv_width, .n_in = c.d_model};
+    // (BF16, or FP8 codes with block multipliers: linear.h picks the kernels by format and T)
+    cuda::LinearArgs qkv{.y = a.qkv, .x = a.h, .w = w.qkv_w.bf16_weight(), .w8 = w.qkv_w.fp8_weight(),
+                         .bias = w.qkv_b.get(), .n_tokens = T, .n_out = qkv_width, .n_in = c.d_model};
     if (fuse_norm) {
         qkv.x = nullptr;
         qkv.norm = {.res = a.x, .gain = w.attn_norm.get(), .h = nullptr, .eps = c.norm_eps};
@@ -761,8 +767,8 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     if (d.attn_reduce) {
         // (TP: this rank's heads give a partial sum, the bias on one rank; summed over the TP group,
         // then added into x by the MoE block's norm)                    [T, d_model] f32
-        blas_->linear({.y = a.proj, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
-                       .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true},
+        blas_->linear({.y = a.proj, .x = a.attn, .w = w.out_w.bf16_weight(), .w8 = w.out_w.fp8_weight(),
+                       .bias = w.out_b.get(), .n_tokens = T, .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true},
                       stream_);
         options_.shard->attn->all_reduce_sum(std::span(a.proj, size_t(T) * c.d_model));
         mark("out_proj");
@@ -770,8 +776,9 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     }
     // x += attn · Woutᵀ + b (projection, bias and residual add in one GEMM) [T, d_model] f32
     // (fused norms: x += the previous block's MoE slots first, in the norm's order)
-    blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.get(), .bias = w.out_b.get(), .n_tokens = T,
-                   .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true, .accumulate = true,
+    blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.bf16_weight(), .w8 = w.out_w.fp8_weight(),
+                   .bias = w.out_b.get(), .n_tokens = T, .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true,
+                   .accumulate = true,
                    .acc_moe_y = moe_pending ? a.moe_out.y : nullptr, .acc_moe_w = moe_pending ? a.moe_out.w : nullptr},
                   stream_);
     mark("out_proj");
@@ -888,8 +895,9 @@ void CudaRunner::unembed(const Step& step) {
     dump("final_norm", -1, a.final_h, R, c.d_model, true);
     // logits = h · Wunembᵀ (untied, no bias)                             [R, vocab] f32
     // (a rank of a parallel layout: its vocabulary rows only, [R, dims_.vocab])
-    blas_->linear({.y = a.logits, .x = a.final_h, .w = weights_.unembedding.get(), .n_tokens = R,
-                   .n_out = dims_.vocab, .n_in = c.d_model, .y_f32 = true},
+    blas_->linear({.y = a.logits, .x = a.final_h, .w = weights_.unembedding.bf16_weight(),
+                   .w8 = weights_.unembedding.fp8_weight(), .n_tokens = R, .n_out = dims_.vocab, .n_in = c.d_model,
+                   .y_f32 = true},
                   stream_);
     mark("unembedding");
     dump("logits", -1, a.logits, R, dims_.vocab, false);
