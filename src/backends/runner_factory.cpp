@@ -57,14 +57,18 @@ std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner) {
 void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
     const std::string weights_flag =
         o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");
-    for (const model::LayerWeights& L : w.layers)
-        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4 &&
-                         L.attention_format() == model::WeightFormat::bf16,
-                     weights_flag, " (", w.formats(), "): not yet on the GPU; the CUDA backend runs the published "
-                     "formats (MXFP4 experts, BF16 dense weights). Use --backend cpu, or --weights mxfp4 with the "
-                     "published checkpoint");
+    // Experts: MXFP4 (published), FP8 (W8A8) or BF16 matrices all run on the GPU (kernels/cuda/moe_mlp_matrix.h).
+    for (const model::LayerWeights& L : w.layers) {
+        OSPREY_CHECK(L.attention_format() == model::WeightFormat::bf16, weights_flag, " (", w.formats(),
+                     "): FP8 attention projections are not yet on the GPU; the CUDA backend runs BF16 attention and "
+                     "unembedding with MXFP4, FP8 or BF16 experts. Use --backend cpu, or FP8 experts only "
+                     "(--weights fp8 --convert experts)");
+        OSPREY_CHECK(!o.moe_w4a8 || L.experts_format() == model::WeightFormat::mxfp4, "--moe-gemm w4a8 (",
+                     w.formats(), "): W4A8 runs the published MXFP4 experts; FP8 experts always run W8A8 on the GPU");
+    }
     OSPREY_CHECK(w.unembedding_format() == model::WeightFormat::bf16, weights_flag, " (", w.formats(),
-                 "): not yet on the GPU (FP8 unembedding); run it on the CPU backend (--backend cpu)");
+                 "): FP8 unembedding is not yet on the GPU; use --backend cpu, or FP8 experts only "
+                 "(--weights fp8 --convert experts)");
     OSPREY_CHECK(!o.kv_dtype || *o.kv_dtype == model::KvDtype::bf16 || *o.kv_dtype == model::KvDtype::fp8_e4m3,
                  "--kv-cache-dtype ", model::kv_dtype_name(*o.kv_dtype),
                  ": the CUDA backend keeps a BF16 or FP8 KV cache (use auto, bf16 or fp8)");

@@ -68,8 +68,9 @@ Runner make_runner(model::Weights weights, const RunnerOptions& options);
 // set_dump), for layer-by-layer comparisons (model/format_accuracy.h); null for other runners.
 std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner);
 
-// Throws naming the option when the CUDA backend cannot run these weights or this KV dtype yet
-// (FP8 or BF16 expert/dense formats, an FP8 KV cache: CPU backend only so far, docs/fp8.md).
+// Throws naming the option when the CUDA backend cannot run these weights or this KV dtype yet: FP8
+// attention projections or unembedding (CPU backend only so far, docs/fp8.md), W4A8 with experts that are
+// not MXFP4, a KV dtype other than bf16/fp8. MXFP4, FP8 and BF16 experts all run on the GPU.
 void check_cuda_supports(const model::Weights& weights, const RunnerOptions& options);
 
 }  // namespace osprey::backends
