@@ -57,14 +57,11 @@ std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner) {
 void check_cuda_supports(const model::Weights& w, const RunnerOptions& o) {
     const std::string weights_flag =
         o.weights_format ? str("--weights ", model::weight_format_name(*o.weights_format)) : std::string("the model");
-    // Experts: MXFP4 only (FP8 or BF16 expert matrices need their own MoE kernels). Attention and the
-    // unembedding: BF16 or FP8 blocks (kernels/cuda/linear.h).
+    // Experts: MXFP4 (published), FP8 (W8A8) or BF16 matrices (kernels/cuda/moe_mlp_matrix.h). Attention
+    // and the unembedding: BF16 or FP8 blocks (kernels/cuda/linear.h).
     for (const model::LayerWeights& L : w.layers)
-        OSPREY_CHECK(L.experts_format() == model::WeightFormat::mxfp4, weights_flag, " (", w.formats(), "): ",
-                     model::weight_format_name(L.experts_format()),
-                     " experts are not yet on the GPU; the CUDA backend runs MXFP4 experts (as published) with BF16 "
-                     "or FP8 attention and unembedding. Keep the experts MXFP4 (--weights fp8 --convert "
-                     "attention,unembedding), or use --backend cpu");
+        OSPREY_CHECK(!o.moe_w4a8 || L.experts_format() == model::WeightFormat::mxfp4, "--moe-gemm w4a8 (",
+                     w.formats(), "): W4A8 runs the published MXFP4 experts; FP8 experts always run W8A8 on the GPU");
     // A tensor-parallel rank reads its heads' columns of the out-projection: with FP8 multipliers per 128
     // inputs, those columns must start on a 128-column block (device_weights.cpp).
     if (!o.layout.single() && !w.layers.empty() && w.layers[0].attention_format() == model::WeightFormat::fp8) {

@@ -69,9 +69,9 @@ Runner make_runner(model::Weights weights, const RunnerOptions& options);
 std::function<void(model::DumpFn)> dump_hook(model::ModelRunner& runner);
 
 // Throws naming the option when the CUDA backend cannot run these weights, this layout or this KV
-// dtype: FP8 or BF16 experts (MXFP4 only so far), FP8 attention under a tensor-parallel layout whose
-// ranks' out-projection columns do not start on a 128-column block, a KV dtype other than bf16/fp8
-// (docs/fp8.md). BF16 or FP8 attention and unembedding run.
+// dtype: W4A8 with experts that are not MXFP4, FP8 attention under a tensor-parallel layout whose ranks'
+// out-projection columns do not start on a 128-column block, a KV dtype other than bf16/fp8
+// (docs/fp8.md). MXFP4, FP8 and BF16 experts and BF16 or FP8 attention and unembedding all run.
 void check_cuda_supports(const model::Weights& weights, const RunnerOptions& options);
 
 }  // namespace osprey::backends

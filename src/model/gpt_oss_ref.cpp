@@ -14,6 +14,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/w4a8_matmul.h"
+#include "kernels/cpu/w8a8_matmul.h"
 #include "kernels/cpu/rmsnorm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/routing.h"
@@ -114,6 +115,7 @@ CpuReference::CpuReference(Weights weights, CpuReferenceOptions options)
                  "cpu-reference: the KV cache is f32 or fp8, not ", kv_dtype_name(options.kv_dtype));
     kv_dtype_ = options.kv_dtype;
     moe_w4a8_ = options.moe_w4a8;
+    moe_w8a8_ = options.moe_w8a8;
     piece_ = ModelShard::whole(config_);
     if (options.shard) {
         piece_ = options.shard->piece;
@@ -271,6 +273,14 @@ void CpuReference::linear(std::span<float> y, std::span<const float> x, const Li
         cpu::mxfp4_matmul(y, x, w.blocks, w.scales, bias, n_rows, n_in, n_out, *pool_);
     else
         cpu::matmul_bf16w(y, x, w.dense, bias, n_rows, n_in, n_out, *pool_);
+}
+
+void CpuReference::expert_linear(std::span<float> y, std::span<const float> x, const Linear& w,
+                                 std::span<const float> bias, int n_rows, int n_in, int n_out) {
+    if (moe_w8a8_ && !w.fp8.empty())
+        cpu::w8a8::fp8_matmul(y, x, w.fp8, bias, n_rows, n_in, n_out, *pool_);
+    else
+        linear(y, x, w, bias, n_rows, n_in, n_out);
 }
 
 KvSpec CpuReference::kv_spec(int page_size) const {
@@ -561,12 +571,15 @@ void CpuReference::moe_block(int layer, const Step& step) {
         u.resize(size_t(n) * I);
         y.resize(size_t(n) * H);
         // gate_up = xe · W1_eᵀ + b1_e, rows interleaved gate/up          [n, 2 I]
-        linear(gate_up, xe, w.mlp1[size_t(le)],
-               std::span<const float>(lv.mlp1_bias).subspan(size_t(le) * 2 * I, size_t(2) * I), n, H, 2 * I);
+        expert_linear(gate_up, xe, w.mlp1[size_t(le)],
+                      std::span<const float>(lv.mlp1_bias).subspan(size_t(le) * 2 * I, size_t(2) * I), n, H, 2 * I);
         // u = clamped swiglu(gate, up)                                 [n, I]
         cpu::swiglu_clamped(u, gate_up, n, I, c.swiglu_alpha, c.swiglu_limit);
+        // (W8A8: u rounded to BF16 before its quantisation, as the GPU's mlp1 stores it)
+        if (moe_w8a8_ && !w.mlp2[size_t(le)].fp8.empty())
+            for (float& v : u) v = bf16_to_float(float_to_bf16(v));
         // y = u · W2_eᵀ + b2_e                                           [n, d_model]
-        linear(y, u, w.mlp2[size_t(le)],
+        expert_linear(y, u, w.mlp2[size_t(le)],
                lv.mlp2_bias.empty() ? no_bias : std::span<const float>(lv.mlp2_bias).subspan(size_t(le) * H, H), n, I,
                H);
         // moe[t] += w · y                                               (b2 inside the weighted sum)

@@ -42,6 +42,12 @@ struct CpuReferenceOptions {
     // layer by layer on the CPU (osprey accuracy --moe-gemm w4a8). Every batch size, unlike the GPU's
     // prefill-only switch.
     bool moe_w4a8 = false;
+    // FP8 expert projections in the W8A8 arithmetic of the GPU's matrix-expert GEMM
+    // (kernels/cpu/w8a8_matmul.h: activations quantised to E4M3 per row and 128-k block; u rounded to BF16
+    // before its quantisation, as the GPU stores it), the reference of the CUDA runner's FP8 experts.
+    // Unset, FP8 experts are W8A16 (cpu::fp8_matmul on the FP32 activations). MXFP4 and BF16 experts
+    // ignore it. Every batch size; a parallel layout's expert columns must start at multiples of 128.
+    bool moe_w8a8 = false;
 
     // One rank of a parallel layout (model/parallel_runner.h drives them): the heads, experts, expert
     // columns and vocabulary rows this rank computes, and the groups its partial results are summed
@@ -150,6 +156,9 @@ private:
     void slice_layer(int layer);
     void linear(std::span<float> y, std::span<const float> x, const Linear& w, std::span<const float> bias,
                 int n_rows, int n_in, int n_out);
+    // An expert projection: linear(), or with moe_w8a8 and FP8 weights the W8A8 arithmetic.
+    void expert_linear(std::span<float> y, std::span<const float> x, const Linear& w, std::span<const float> bias,
+                       int n_rows, int n_in, int n_out);
     // The logits of every vocabulary row, [n_logit_rows, vocab] (gathered from the ranks when split).
     void gather_logits(std::vector<float>& out);
     bool distributed_greedy(std::span<const SamplingParams> params, std::span<SampleResult> out);
@@ -161,6 +170,7 @@ private:
     size_t kv_budget_ = 0;
     KvDtype kv_dtype_ = KvDtype::f32;
     bool moe_w4a8_ = false;
+    bool moe_w8a8_ = false;
     RopeTable rope_;
     std::vector<LayerVectors> vectors_;        // [n_layers]
     std::vector<LayerSlices> slices_;          // [n_layers]

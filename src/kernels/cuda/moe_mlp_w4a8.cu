@@ -489,7 +489,9 @@ __global__ void __launch_bounds__(kThreads, 1) moe_w4a8_kernel(const Params p) {
 }
 
 // One warp per (row, 128-k block): lane l quantises elements 4l..4l+3 of the block and stores their
-// codes at 32 (l / 8) + 16 (l % 2) + 4 ((l % 8) / 2) (moe_w4a8_position).
+// codes at 32 (l / 8) + 16 (l % 2) + 4 ((l % 8) / 2) (moe_w4a8_position; kMmaOrder), or at 4 l (natural
+// order: the matrix-expert GEMM, whose weights are E4M3 rows in natural order, moe_mlp_matrix.cu).
+template <bool kMmaOrder>
 __global__ void quantize_kernel(uint8_t* q, float* scales, const __nv_bfloat16* x, int n_rows, int n, int n_kb) {
     pdl_enter();
     const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -511,8 +513,8 @@ __global__ void quantize_kernel(uint8_t* q, float* scales, const __nv_bfloat16* 
     if (lane == 0) scales[size_t(row) * n_kb + kb] = s;
     if (in) {
         const uint32_t codes = e4m3x4(__fdiv_rn(v[0], s), __fdiv_rn(v[1], s), __fdiv_rn(v[2], s), __fdiv_rn(v[3], s));
-        *reinterpret_cast<uint32_t*>(q + size_t(row) * n + kb * 128 + 32 * (lane / 8) + 16 * (lane % 2) +
-                                     4 * ((lane % 8) / 2)) = codes;
+        const int pos = kMmaOrder ? 32 * (lane / 8) + 16 * (lane % 2) + 4 * ((lane % 8) / 2) : 4 * lane;
+        *reinterpret_cast<uint32_t*>(q + size_t(row) * n + kb * 128 + pos) = codes;
     }
 }
 
@@ -603,14 +605,15 @@ size_t moe_w4a8_workspace_bytes(int n_tokens, int top_k, int d_model, int d_ff) 
            align256(rows * d_ff) + align256(rows * n_kb(d_ff) * 4);
 }
 
-void moe_w4a8_quantize(uint8_t* q, float* scales, const bf16* x, int n_rows, int n, cudaStream_t stream) {
+void moe_w4a8_quantize(uint8_t* q, float* scales, const bf16* x, int n_rows, int n, cudaStream_t stream,
+                       bool mma_order) {
     OSPREY_CHECK(n > 0 && n % 32 == 0 && n_rows >= 0, "moe w4a8 quantize: n = ", n, " (multiple of 32)");
     if (n_rows == 0) return;
     const int64_t warps = int64_t(n_rows) * n_kb(n);
     const int block = 256;
     const int64_t grid = (warps * 32 + block - 1) / block;
-    cuda::launch(w4a8::quantize_kernel, dim3(unsigned(grid)), dim3(block), 0, stream, q, scales,
-                 reinterpret_cast<const __nv_bfloat16*>(x), n_rows, n, n_kb(n));
+    cuda::launch(mma_order ? w4a8::quantize_kernel<true> : w4a8::quantize_kernel<false>, dim3(unsigned(grid)),
+                 dim3(block), 0, stream, q, scales, reinterpret_cast<const __nv_bfloat16*>(x), n_rows, n, n_kb(n));
     CUDA_CHECK(cudaGetLastError());
 }
 

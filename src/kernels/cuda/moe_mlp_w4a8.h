@@ -64,7 +64,9 @@ void moe_w4a8(const MoeW4a8Args& a, cudaStream_t stream);
 // The activation quantisation alone: q [n_rows, n] E4M3 codes, each 32-element group stored in the MMA
 // order (element 8j + 4h + i of a group at byte 16h + 4j + i), scales [n_rows, ceil(n / 128)] =
 // amax / 448 over the block (1 when all zero); q = e4m3_rn_satfinite(x / scale). n multiple of 32.
-void moe_w4a8_quantize(uint8_t* q, float* scales, const bf16* x, int n_rows, int n, cudaStream_t stream);
+// mma_order false: the codes in natural order (the W8A8 matrix-expert GEMM, moe_mlp_matrix.h).
+void moe_w4a8_quantize(uint8_t* q, float* scales, const bf16* x, int n_rows, int n, cudaStream_t stream,
+                       bool mma_order = true);
 // Byte position of element k (0 <= k < n) of a row in moe_w4a8_quantize's layout.
 __host__ __device__ inline int moe_w4a8_position(int k) {
     const int e = k & 31;

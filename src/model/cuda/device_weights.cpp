@@ -194,6 +194,88 @@ DeviceLinear upload_linear(Uploader& up, std::initializer_list<MatrixWindow> par
     return d;
 }
 
+// Bytes per element of a layer's matrix experts (E4M3: 1, BF16: 2), their dtypes checked.
+size_t matrix_expert_bytes(const LayerWeights& l) {
+    if (l.experts_format() == WeightFormat::fp8) {
+        OSPREY_CHECK(l.mlp1_w.dtype == DType::fp8_e4m3 && l.mlp2_w.dtype == DType::fp8_e4m3 &&
+                         l.mlp1_scale.dtype == DType::f32 && l.mlp2_scale.dtype == DType::f32,
+                     l.mlp1_w.name, ": FP8 experts need E4M3 matrices with F32 block scales, got ", l.mlp1_w.describe(),
+                     ", ", l.mlp2_w.describe(), ", ", l.mlp1_scale.describe(), ", ", l.mlp2_scale.describe());
+        return 1;
+    }
+    check_bf16(l.mlp1_w);
+    check_bf16(l.mlp2_w);
+    return 2;
+}
+
+// The expert tensors' bytes in the checkpoint (every layer, every expert).
+size_t expert_bytes(const Weights& w) {
+    size_t n = 0;
+    for (const LayerWeights& l : w.layers)
+        for (const TensorView* v : {&l.mlp1_blocks, &l.mlp1_scales, &l.mlp1_bias, &l.mlp2_blocks, &l.mlp2_scales,
+                                    &l.mlp2_bias, &l.mlp1_w, &l.mlp1_scale, &l.mlp2_w, &l.mlp2_scale})
+            n += v->nbytes();
+    return n;
+}
+
+// Refuses, before any upload, weights that cannot fit the device: `need` bytes (of which `experts` are
+// the experts') against what is free now, naming both (120b with BF16 experts needs ~233 GB).
+void check_device_memory(const Weights& w, size_t need, size_t experts) {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    OSPREY_CHECK(need <= free_bytes, "cuda: out of device memory: the weights (", w.formats(), ") need ", need / 1e9,
+                 " GB (experts ", experts / 1e9, " GB), the GPU has ", free_bytes / 1e9, " GB free of ", total_bytes / 1e9,
+                 " GB. BF16 experts take 3.8x the bytes of the published MXFP4 ones and FP8 experts 1.9x: use the "
+                 "published experts or --weights fp8, or spread the experts over GPUs (--ep / --tp)");
+}
+
+// One rank's matrix experts (E4M3 or BF16, model/weights.h): mlp1 [E, 2I, H] rows [2 f0, 2 (f0 + nf)) of
+// each local expert then zero rows up to 2 nfp; mlp2 [E, H, I] columns [f0, f0 + nf) of every row then
+// zero columns up to nfp. FP8: the block-multiplier grids cut the same way ([E, nb(2 nfp), nb(H)] and
+// [E, nb(H), nb(nfp)]; padding blocks get multiplier 1 over their zero codes), which keeps every block
+// whole only when f0 is a multiple of 128; otherwise the piece is refused.
+template <class Up>
+void upload_matrix_expert_piece(Up& up, DeviceLayer& dl, const LayerWeights& l, const ModelShard& p, const Config& c,
+                                size_t nfp) {
+    const size_t eb = matrix_expert_bytes(l);
+    const bool fp8 = dl.experts == WeightFormat::fp8;
+    const size_t H = size_t(c.d_model), I = size_t(c.d_ff);
+    const size_t e0 = size_t(p.experts.first), ne = size_t(p.experts.count);
+    const size_t f0 = size_t(p.ff.first), nf = size_t(p.ff.count);
+    OSPREY_CHECK(!fp8 || f0 % 128 == 0, l.mlp1_w.name, ": this rank's expert columns start at ", f0,
+                 ", not a multiple of 128, so its FP8 block scales would straddle two ranks; FP8 experts under "
+                 "tensor parallelism need d_ff split in multiples of 128 (use expert parallelism, --ep, or BF16 experts)");
+    const auto* w1 = static_cast<const uint8_t*>(l.mlp1_w.data);
+    const auto* w2 = static_cast<const uint8_t*>(l.mlp2_w.data);
+    std::vector<uint8_t> m1(ne * 2 * nfp * H * eb, 0), m2(ne * H * nfp * eb, 0);
+    for (size_t le = 0; le < ne; ++le) {
+        std::memcpy(m1.data() + le * 2 * nfp * H * eb, w1 + ((e0 + le) * 2 * I + 2 * f0) * H * eb, 2 * nf * H * eb);
+        for (size_t r = 0; r < H; ++r)
+            std::memcpy(m2.data() + (le * H + r) * nfp * eb, w2 + (((e0 + le) * H + r) * I + f0) * eb, nf * eb);
+    }
+    dl.mlp1_w.resize(m1.size());
+    dl.mlp2_w.resize(m2.size());
+    up.copy(dl.mlp1_w.get(), m1.data(), m1.size());
+    up.copy(dl.mlp2_w.get(), m2.data(), m2.size());
+    if (!fp8) return;
+    auto nb = [](size_t n) { return (n + 127) / 128; };
+    const float* s1 = l.mlp1_scale.as<float>();  // [E, nb(2I), nb(H)]
+    const float* s2 = l.mlp2_scale.as<float>();  // [E, nb(H), nb(I)]
+    std::vector<float> g1(ne * nb(2 * nfp) * nb(H), 1.0f), g2(ne * nb(H) * nb(nfp), 1.0f);
+    for (size_t le = 0; le < ne; ++le) {
+        for (size_t b = 0; b < nb(2 * nf); ++b)  // bands of the slice's rows: source band 2 f0 / 128 + b
+            std::memcpy(g1.data() + (le * nb(2 * nfp) + b) * nb(H), s1 + ((e0 + le) * nb(2 * I) + 2 * f0 / 128 + b) * nb(H),
+                        nb(H) * sizeof(float));
+        for (size_t b = 0; b < nb(H); ++b)  // k-blocks of the slice's columns: source block f0 / 128 + k
+            std::memcpy(g2.data() + (le * nb(H) + b) * nb(nfp), s2 + ((e0 + le) * nb(H) + b) * nb(I) + f0 / 128,
+                        nb(nf) * sizeof(float));
+    }
+    dl.mlp1_w_scale.resize(g1.size());
+    dl.mlp2_w_scale.resize(g2.size());
+    up.copy(dl.mlp1_w_scale.get(), g1.data(), g1.size() * sizeof(float));
+    up.copy(dl.mlp2_w_scale.get(), g2.data(), g2.size() * sizeof(float));
+}
+
 }  // namespace
 
 DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
@@ -202,6 +284,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
     DeviceWeights d;
     d.config = w.config;
     const Config& c = w.config;
+    check_device_memory(w, w.total_bytes(), expert_bytes(w));
     Uploader up(w.total_bytes(), progress);
 
     check_bf16(w.embedding);
@@ -232,11 +315,22 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         upload_f32(dl.out_b, l.out_b);
         up.upload(dl.router_w, l.router_w);
         upload_f32(dl.router_b, l.router_b);
-        up.upload(dl.mlp1_blocks, l.mlp1_blocks);
-        up.upload(dl.mlp1_scales, l.mlp1_scales);
+        dl.experts = l.experts_format();
+        if (dl.experts == WeightFormat::mxfp4) {
+            up.upload(dl.mlp1_blocks, l.mlp1_blocks);
+            up.upload(dl.mlp1_scales, l.mlp1_scales);
+            up.upload(dl.mlp2_blocks, l.mlp2_blocks);
+            up.upload(dl.mlp2_scales, l.mlp2_scales);
+        } else {  // matrices as stored: E4M3 codes + F32 block multipliers, or BF16
+            matrix_expert_bytes(l);
+            up.upload(dl.mlp1_w, l.mlp1_w);
+            up.upload(dl.mlp2_w, l.mlp2_w);
+            if (dl.experts == WeightFormat::fp8) {
+                up.upload(dl.mlp1_w_scale, l.mlp1_scale);
+                up.upload(dl.mlp2_w_scale, l.mlp2_scale);
+            }
+        }
         up.upload(dl.mlp1_bias, l.mlp1_bias);
-        up.upload(dl.mlp2_blocks, l.mlp2_blocks);
-        up.upload(dl.mlp2_scales, l.mlp2_scales);
         up.upload(dl.mlp2_bias, l.mlp2_bias);
     }
     upload_f32(d.final_norm, w.final_norm);
@@ -257,6 +351,16 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
     const auto t0 = std::chrono::steady_clock::now();
     DeviceWeights d;
     d.config = c;
+    {
+        // At most the non-expert tensors whole plus this piece's experts (padded columns included).
+        size_t piece_experts = 0;
+        for (const LayerWeights& l : w.layers) {
+            const size_t per_elem = l.experts_format() == WeightFormat::mxfp4 ? 0 : matrix_expert_bytes(l);
+            const size_t elems = size_t(p.experts.count) * 3 * size_t(d_ff_padded) * size_t(c.d_model);
+            piece_experts += per_elem ? elems * per_elem : elems * 17 / 32;  // MXFP4: 4.25 bits per weight
+        }
+        check_device_memory(w, w.total_bytes() - expert_bytes(w) + piece_experts, piece_experts);
+    }
     Uploader up(w.total_bytes(), false);
     (void)progress;
     const size_t H = size_t(c.d_model), hd = size_t(c.head_dim), I = size_t(c.d_ff);
@@ -301,37 +405,47 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
         }
         up.upload(dl.router_w, l.router_w);
         upload_f32(dl.router_b, l.router_b);
-        // mlp1 [E, 2I, H/32, 16] (+ scales [E, 2I, H/32], bias [E, 2I]): rows [2 f0, 2 (f0 + nf)) of each
-        // local expert, then zero rows up to 2 nfp.
-        const size_t row1 = H / 2, row1_scales = H / 32;
-        std::vector<uint8_t> b1(ne * 2 * nfp * row1, 0), s1(ne * 2 * nfp * row1_scales, 0), bias1(ne * 2 * nfp * 2, 0);
-        for (size_t le = 0; le < ne; ++le) {
-            const size_t src_row = (e0 + le) * 2 * I + 2 * f0;
-            std::memcpy(b1.data() + le * 2 * nfp * row1, bytes_of(l.mlp1_blocks) + src_row * row1, 2 * nf * row1);
-            std::memcpy(s1.data() + le * 2 * nfp * row1_scales, bytes_of(l.mlp1_scales) + src_row * row1_scales,
-                        2 * nf * row1_scales);
-            std::memcpy(bias1.data() + le * 2 * nfp * 2, bytes_of(l.mlp1_bias) + src_row * 2, 2 * nf * 2);
-        }
-        dl.mlp1_blocks.resize(b1.size());
-        dl.mlp1_scales.resize(s1.size());
-        dl.mlp1_bias.resize(bias1.size() / 2);
-        up.copy(dl.mlp1_blocks.get(), b1.data(), b1.size());
-        up.copy(dl.mlp1_scales.get(), s1.data(), s1.size());
-        up.copy(dl.mlp1_bias.get(), bias1.data(), bias1.size());
-        // mlp2 [E, H, I/32, 16] (+ scales [E, H, I/32]): input groups [f0/32, (f0 + nf)/32) of every row,
-        // then zero groups up to nfp/32; bias [E, H] of the local experts, or zero.
-        const size_t g_all = I / 32, g0 = f0 / 32, ng = nf / 32, ngp = nfp / 32;
-        std::vector<uint8_t> b2(ne * H * ngp * 16, 0), s2(ne * H * ngp, 0);
+        // mlp1 bias [E, 2I]: rows [2 f0, 2 (f0 + nf)) of each local expert, then zeros up to 2 nfp.
+        std::vector<uint8_t> bias1(ne * 2 * nfp * 2, 0);
         for (size_t le = 0; le < ne; ++le)
-            for (size_t r = 0; r < H; ++r) {
-                const size_t src = (e0 + le) * H + r, dst = le * H + r;
-                std::memcpy(b2.data() + dst * ngp * 16, bytes_of(l.mlp2_blocks) + (src * g_all + g0) * 16, ng * 16);
-                std::memcpy(s2.data() + dst * ngp, bytes_of(l.mlp2_scales) + src * g_all + g0, ng);
+            std::memcpy(bias1.data() + le * 2 * nfp * 2, bytes_of(l.mlp1_bias) + ((e0 + le) * 2 * I + 2 * f0) * 2,
+                        2 * nf * 2);
+        dl.mlp1_bias.resize(bias1.size() / 2);
+        up.copy(dl.mlp1_bias.get(), bias1.data(), bias1.size());
+        dl.experts = l.experts_format();
+        if (dl.experts == WeightFormat::mxfp4) {
+            // mlp1 [E, 2I, H/32, 16] (+ scales [E, 2I, H/32]): rows [2 f0, 2 (f0 + nf)) of each local
+            // expert, then zero rows up to 2 nfp.
+            const size_t row1 = H / 2, row1_scales = H / 32;
+            std::vector<uint8_t> b1(ne * 2 * nfp * row1, 0), s1(ne * 2 * nfp * row1_scales, 0);
+            for (size_t le = 0; le < ne; ++le) {
+                const size_t src_row = (e0 + le) * 2 * I + 2 * f0;
+                std::memcpy(b1.data() + le * 2 * nfp * row1, bytes_of(l.mlp1_blocks) + src_row * row1, 2 * nf * row1);
+                std::memcpy(s1.data() + le * 2 * nfp * row1_scales, bytes_of(l.mlp1_scales) + src_row * row1_scales,
+                            2 * nf * row1_scales);
             }
-        dl.mlp2_blocks.resize(b2.size());
-        dl.mlp2_scales.resize(s2.size());
-        up.copy(dl.mlp2_blocks.get(), b2.data(), b2.size());
-        up.copy(dl.mlp2_scales.get(), s2.data(), s2.size());
+            dl.mlp1_blocks.resize(b1.size());
+            dl.mlp1_scales.resize(s1.size());
+            up.copy(dl.mlp1_blocks.get(), b1.data(), b1.size());
+            up.copy(dl.mlp1_scales.get(), s1.data(), s1.size());
+            // mlp2 [E, H, I/32, 16] (+ scales [E, H, I/32]): input groups [f0/32, (f0 + nf)/32) of every row,
+            // then zero groups up to nfp/32.
+            const size_t g_all = I / 32, g0 = f0 / 32, ng = nf / 32, ngp = nfp / 32;
+            std::vector<uint8_t> b2(ne * H * ngp * 16, 0), s2(ne * H * ngp, 0);
+            for (size_t le = 0; le < ne; ++le)
+                for (size_t r = 0; r < H; ++r) {
+                    const size_t src = (e0 + le) * H + r, dst = le * H + r;
+                    std::memcpy(b2.data() + dst * ngp * 16, bytes_of(l.mlp2_blocks) + (src * g_all + g0) * 16, ng * 16);
+                    std::memcpy(s2.data() + dst * ngp, bytes_of(l.mlp2_scales) + src * g_all + g0, ng);
+                }
+            dl.mlp2_blocks.resize(b2.size());
+            dl.mlp2_scales.resize(s2.size());
+            up.copy(dl.mlp2_blocks.get(), b2.data(), b2.size());
+            up.copy(dl.mlp2_scales.get(), s2.data(), s2.size());
+        } else {
+            upload_matrix_expert_piece(up, dl, l, p, c, nfp);
+        }
+        // mlp2 bias [E, H] of the local experts, or zero.
         dl.mlp2_bias.resize(ne * H);
         if (p.down_bias) {
             up.copy(dl.mlp2_bias.get(), bytes_of(l.mlp2_bias) + e0 * H * 2, ne * H * 2);
@@ -356,7 +470,8 @@ size_t DeviceWeights::device_bytes() const {
         n += l.attn_norm.bytes() + l.qkv_w.bytes() + l.qkv_b.bytes() + l.sinks.bytes() + l.out_w.bytes() +
              l.out_b.bytes() + l.mlp_norm.bytes() + l.router_w.bytes() + l.router_b.bytes() + l.mlp1_blocks.bytes() +
              l.mlp1_scales.bytes() + l.mlp1_bias.bytes() + l.mlp2_blocks.bytes() + l.mlp2_scales.bytes() +
-             l.mlp2_bias.bytes();
+             l.mlp2_bias.bytes() + l.mlp1_w.bytes() + l.mlp1_w_scale.bytes() + l.mlp2_w.bytes() +
+             l.mlp2_w_scale.bytes();
     }
     return n;
 }

@@ -1,9 +1,11 @@
 // gpt-oss weights in device memory, loaded from a checkpoint folder (tiny, 20b, 120b; either layout).
-// Experts stay MXFP4 blocks/scales exactly as shipped (never materialised as BF16); the attention
-// projections and the unembedding are BF16, or FP8 E4M3 with their F32 block multipliers when the
-// Weights hold them so (a converted folder, --weights fp8; docs/fp8.md); the router and embedding are
-// BF16; norm gains are widened to FP32 (they may be stored BF16 or F32); q, k and v are concatenated
-// into one [q_dim + 2 kv_dim, d_model] weight (and bias) so that one GEMM makes qkv.
+// Experts stay MXFP4 blocks/scales exactly as shipped (never materialised as BF16), or, for a converted
+// checkpoint or --weights fp8|bf16, the expert matrices as they are (E4M3 codes with their F32 block
+// multipliers, or BF16; kernels/cuda/moe_mlp_matrix.h runs them); the attention projections and the
+// unembedding are BF16, or FP8 E4M3 with their F32 block multipliers when the Weights hold them so (a
+// converted folder, --weights fp8; docs/fp8.md); the router and embedding are BF16; norm gains are
+// widened to FP32 (they may be stored BF16 or F32); q, k and v are concatenated into one
+// [q_dim + 2 kv_dim, d_model] weight (and bias) so that one GEMM makes qkv.
 // Loading streams the memory-mapped shards through pinned staging buffers in large sequential
 // copies, with a progress bar on the terminal.
 #pragma once
@@ -55,6 +57,14 @@ struct DeviceLayer {
     cuda::DeviceBuffer<uint8_t> mlp2_blocks;  // [E, H, I/32, 16]
     cuda::DeviceBuffer<uint8_t> mlp2_scales;  // [E, H, I/32]
     cuda::DeviceBuffer<bf16> mlp2_bias;       // [E, H]
+    // Matrix experts (LayerWeights::mlp1_w / mlp2_w; the MXFP4 buffers above are then empty). Bytes: E4M3
+    // codes, or BF16 (2 bytes per element); a tensor-parallel piece holds its intermediate columns padded
+    // with zero weights to d_ff_padded, as for MXFP4.
+    WeightFormat experts = WeightFormat::mxfp4;
+    cuda::DeviceBuffer<uint8_t> mlp1_w;       // [E, 2I, H]
+    cuda::DeviceBuffer<float> mlp1_w_scale;   // FP8: [E, nb(2I), nb(H)] block multipliers (nb(n) = ceil(n / 128))
+    cuda::DeviceBuffer<uint8_t> mlp2_w;       // [E, H, I]
+    cuda::DeviceBuffer<float> mlp2_w_scale;   // FP8: [E, nb(H), nb(I)]
 };
 
 struct LoadStats {
@@ -73,7 +83,9 @@ public:
     // number of the expert kernels' 64-column tiles; mlp2_bias zero unless piece.down_bias), its
     // unembedding rows. Embedding, norms and router whole. A whole piece is load(w, progress).
     // FP8 attention: the out-projection's column slice must start on a 128-column block (its
-    // multipliers are per 128 inputs; a slice starting inside a block is refused by name).
+    // multipliers are per 128 inputs; a slice starting inside a block is refused by name). FP8 matrix
+    // experts keep their 128 x 128 block-multiplier grid, so their columns must start at a multiple of
+    // 128 (refused otherwise, naming the piece).
     static DeviceWeights load(const Weights& w, bool progress, const ModelShard& piece, int d_ff_padded);
 
     Config config;

@@ -185,7 +185,15 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     const size_t group_rows = size_t(c.n_kv_heads) * cuda::kAttnGroup;
     using W = cuda::Workspace;
     Config moe_config = c;  // a rank's padded expert columns may exceed d_ff
-    const bool w4a8 = options_.moe_w4a8 || cuda::moe_w4a8_env();
+    // The experts' format (every layer the same): matrix experts (FP8, BF16) run moe_matrix for every
+    // batch; W4A8 is an MXFP4 path.
+    const WeightFormat experts = weights_.layers.empty() ? WeightFormat::mxfp4 : weights_.layers[0].experts;
+    for (const DeviceLayer& l : weights_.layers)
+        OSPREY_CHECK(l.experts == experts, "cuda runner: the layers' experts mix ", weight_format_name(experts), " and ",
+                     weight_format_name(l.experts));
+    OSPREY_CHECK(!options_.moe_w4a8 || experts == WeightFormat::mxfp4, "cuda runner: W4A8 (--moe-gemm w4a8) runs the "
+                 "published MXFP4 experts; these are ", weight_format_name(experts), " (FP8 experts always run W8A8)");
+    const bool w4a8 = (options_.moe_w4a8 || cuda::moe_w4a8_env()) && experts == WeightFormat::mxfp4;
     moe_config.d_ff = std::max(c.d_ff, dims_.d_ff);
     size_t bytes = W::bytes_for<float>(T * H) + W::bytes_for<bf16>(T * H) + W::bytes_for<bf16>(T * QKV) +
                    W::bytes_for<bf16>(T * c.q_dim()) + W::bytes_for<float>(T_moe * c.n_experts) +
@@ -193,7 +201,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
                    W::bytes_for<int32_t>(R) + W::bytes_for<float>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
                    W::bytes_for<int32_t>(R * cuda::kArgmaxChunks) + W::bytes_for<float>(P * group_rows * c.head_dim) +
                    W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
-                   MoeStep::workspace_bytes(moe_config, int(T_moe), w4a8) +
+                   MoeStep::workspace_bytes(moe_config, int(T_moe), w4a8, experts) +
                    (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0) +
                    (fp8_kv() ? 2 * (W::bytes_for<uint8_t>(T * c.kv_dim()) + W::bytes_for<float>(T * c.n_kv_heads)) : 0) +
                    (dims_.dp ? W::bytes_for<bf16>(T_moe * H) + W::bytes_for<float>(T_moe * H) : 0);
@@ -218,7 +226,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     a.merge_counters = workspace_.take<int32_t>(n_counters, "attention merge counters");
     CUDA_CHECK(cudaMemset(a.merge_counters, 0, n_counters * sizeof(int32_t)));
     a.max_partials = int(P);
-    a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_, w4a8);
+    a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_, w4a8, experts);
     if (dims_.attn_reduce) a.proj = workspace_.take<float>(T * H, "out-projection partial sums");
     if (fp8_kv()) {
         a.step8.k = workspace_.take<uint8_t>(T * c.kv_dim(), "FP8 K rows of the step");

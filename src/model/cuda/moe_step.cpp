@@ -5,6 +5,7 @@
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mid.h"
+#include "kernels/cuda/moe_mlp_matrix.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_mlp_w4a8.h"
 #include "kernels/cuda/moe_route.h"
@@ -49,19 +50,23 @@ int mid_capacity(int max_tokens) {
 
 }  // namespace
 
-size_t MoeStep::workspace_bytes(const Config& c, int max_tokens, bool w4a8) {
+size_t MoeStep::workspace_bytes(const Config& c, int max_tokens, bool w4a8, WeightFormat experts) {
     using W = cuda::Workspace;
     const size_t rows = size_t(max_tokens) * c.top_k;
-    return W::bytes_for<int32_t>(rows) + W::bytes_for<float>(rows) + W::bytes_for<int32_t>(c.n_experts + 1) +
-           W::bytes_for<int32_t>(rows) +
-           W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
-           W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model) +
-           W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff)) +
+    const size_t common = W::bytes_for<int32_t>(rows) + W::bytes_for<float>(rows) +
+                          W::bytes_for<int32_t>(c.n_experts + 1) + W::bytes_for<int32_t>(rows) +
+                          W::bytes_for<int32_t>(std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts))) +
+                          W::bytes_for<bf16>(rows * c.d_ff) + W::bytes_for<float>(rows * c.d_model);
+    if (experts == WeightFormat::fp8)
+        return common + W::bytes_for<uint8_t>(cuda::moe_matrix_workspace_bytes(cuda::MatrixFormat::fp8, max_tokens,
+                                                                               c.top_k, c.d_model, c.d_ff));
+    if (experts == WeightFormat::bf16) return common;
+    return common + W::bytes_for<uint8_t>(cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff)) +
            W::bytes_for<uint8_t>(cuda::moe_mid_workspace_bytes(mid_capacity(max_tokens), c.d_model, c.d_ff)) +
            (w4a8 ? W::bytes_for<uint8_t>(cuda::moe_w4a8_workspace_bytes(max_tokens, c.top_k, c.d_model, c.d_ff)) : 0);
 }
 
-MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8) {
+MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8, WeightFormat experts) {
     const size_t rows = size_t(max_tokens) * c.top_k;
     MoeStep m;
     m.expert_ids = ws.take<int32_t>(rows, "moe expert ids");
@@ -72,6 +77,16 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws, boo
         std::max<size_t>(1, cuda::moe_group_scratch_elems(max_tokens, c.top_k, c.n_experts)), "moe group scratch");
     m.u = ws.take<bf16>(rows * c.d_ff, "moe u");
     m.y = ws.take<float>(rows * c.d_model, "moe y");
+    m.experts = experts;
+    if (experts != WeightFormat::mxfp4) {  // matrix experts: moe_matrix for every batch
+        m.use_decode_path = false;
+        m.mid_max_tokens = 0;
+        if (experts == WeightFormat::fp8)
+            m.matrix_workspace = ws.take<uint8_t>(
+                cuda::moe_matrix_workspace_bytes(cuda::MatrixFormat::fp8, max_tokens, c.top_k, c.d_model, c.d_ff),
+                "moe W8A8 activations");
+        return m;
+    }
     const size_t decode_bytes = cuda::moe_decode_workspace_bytes(c.n_experts, c.d_model, c.d_ff);
     m.decode_workspace = ws.take<uint8_t>(decode_bytes, "moe decode");
     const char* env = std::getenv("OSPREY_MOE_DECODE");
@@ -92,6 +107,9 @@ MoeStep MoeStep::carve(const Config& c, int max_tokens, cuda::Workspace& ws, boo
 
 MoeOutputs MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, const float* router, int n_tokens,
                         cudaStream_t stream) const {
+    OSPREY_CHECK(w.experts == experts, "moe step: carved for ", weight_format_name(experts), " experts, the layer holds ",
+                 weight_format_name(w.experts));
+    if (experts != WeightFormat::mxfp4) return launch_experts(c, MoeExperts::whole(c), w, h, router, n_tokens, stream);
     if (use_decode_path && n_tokens <= cuda::kMoeDecodeMaxTokens) {
         // Decode: routing, experts and the weighted sum in two launches streaming the active experts once.
         cuda::moe_decode({.out = nullptr, .router = router, .h = h,
@@ -151,6 +169,23 @@ MoeOutputs MoeStep::launch_experts(const Config& c, const MoeExperts& e, const D
                                .expert_ids = expert_ids, .n_tokens = n_tokens, .n_experts = e.count,
                                .first_expert = e.first, .top_k = c.top_k},
                               stream);
+    // Matrix experts (every batch size): W8A8 (quantise h, mlp1, quantise u, mlp2 on FP8 wgmma) or BF16
+    // wgmma. Other ranks' rows are not written by mlp2: zeroed first, as below.
+    if (experts != WeightFormat::mxfp4) {
+        OSPREY_CHECK(w.experts == experts, "moe step: carved for ", weight_format_name(experts),
+                     " experts, the layer holds ", weight_format_name(w.experts));
+        if (!e.is_whole(c))
+            CUDA_CHECK(cudaMemsetAsync(y, 0, size_t(n_tokens) * c.top_k * c.d_model * sizeof(float), stream));
+        const bool fp8 = experts == WeightFormat::fp8;
+        cuda::moe_matrix({.y = y, .u = u, .x = h, .format = fp8 ? cuda::MatrixFormat::fp8 : cuda::MatrixFormat::bf16,
+                          .mlp1 = {w.mlp1_w.get(), fp8 ? w.mlp1_w_scale.get() : nullptr, w.mlp1_bias.get()},
+                          .mlp2 = {w.mlp2_w.get(), fp8 ? w.mlp2_w_scale.get() : nullptr, w.mlp2_bias.get()},
+                          .expert_offsets = expert_offsets, .sorted_rows = sorted_rows, .workspace = matrix_workspace,
+                          .n_tokens = n_tokens, .n_experts = e.count, .top_k = c.top_k, .d_model = c.d_model,
+                          .d_ff = e.d_ff, .swiglu_alpha = c.swiglu_alpha, .swiglu_limit = c.swiglu_limit},
+                         stream);
+        return {y, expert_weights};
+    }
     // W4A8 (prefill-sized batches): quantise h, mlp1, quantise u, mlp2 on FP8 wgmma. Other ranks' rows
     // are not written by mlp2: zeroed first, as below.
     if (use_w4a8 && cuda::moe_w4a8_wanted(n_tokens, c.top_k, e.count) && cuda::moe_w4a8_supports(c.d_model, e.d_ff)) {

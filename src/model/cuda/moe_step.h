@@ -1,6 +1,9 @@
 // The MoE step of the CUDA forward (spec §3.6) as a sequence of the MoE kernels' launches:
 //   router logits (f32, from the forward's GEMM) -> top-4 + softmax -> group rows by expert
 //   -> mlp1 (MXFP4, bias, clamped SwiGLU) -> mlp2 (MXFP4, bias) -> weighted combine into `moe`.
+// Matrix experts (DeviceLayer::experts fp8 or bf16) take route -> group -> moe_matrix (mlp1 + mlp2 on
+// wgmma, kernels/cuda/moe_mlp_matrix.h) for every batch size; the decode, mid-batch and W4A8 paths
+// are MXFP4 kernels.
 // Owns nothing: its buffers are carved from the runner's workspace for the largest batch.
 #pragma once
 
@@ -43,11 +46,17 @@ struct MoeStep {
     void* mid_workspace = nullptr;      // moe_mid_workspace_bytes(mid_max_tokens): the mid-batch path's
     int mid_min_tokens = 1, mid_max_tokens = 0;  // run() takes the mid path for batches in this range
     void* w4a8_workspace = nullptr;     // moe_w4a8_workspace_bytes() when carved with w4a8
+    WeightFormat experts = WeightFormat::mxfp4;  // the layers' expert format (carve's)
+    void* matrix_workspace = nullptr;   // FP8 matrix experts: moe_matrix_workspace_bytes() (quantised x, u)
 
     // w4a8: also the quantised activations of the W4A8 path (kernels/cuda/moe_mlp_w4a8.h), which then
     // runs mlp1 + mlp2 of prefill-sized batches (moe_w4a8_wanted) in place of the W4A16 kernels.
-    static size_t workspace_bytes(const Config& c, int max_tokens, bool w4a8 = false);
-    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8 = false);
+    // experts: the weights' expert format; matrix experts (fp8, bf16) need neither the decode nor the
+    // mid-batch workspace nor W4A8's, FP8 ones the W8A8 quantised activations.
+    static size_t workspace_bytes(const Config& c, int max_tokens, bool w4a8 = false,
+                                  WeightFormat experts = WeightFormat::mxfp4);
+    static MoeStep carve(const Config& c, int max_tokens, cuda::Workspace& ws, bool w4a8 = false,
+                         WeightFormat experts = WeightFormat::mxfp4);
 
     // The parts of moe[t, :] = Σ_{e in top4(router[t])} w_e · expert_e(h[t, :]) (see MoeOutputs; the
     // sum itself is fused into the consumer).

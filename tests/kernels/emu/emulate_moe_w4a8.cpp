@@ -91,7 +91,7 @@ void emu_quantize(std::vector<uint8_t>& q, std::vector<float>& s, const std::vec
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
-                quantize_kernel(q.data(), s.data(), reinterpret_cast<const __nv_bfloat16*>(x.data()), n_rows, n, n_kb);
+                quantize_kernel<true>(q.data(), s.data(), reinterpret_cast<const __nv_bfloat16*>(x.data()), n_rows, n, n_kb);
             });
         for (auto& th : threads) th.join();
     }

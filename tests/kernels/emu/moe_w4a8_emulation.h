@@ -1,7 +1,7 @@
 // What kernels/cuda/moe_mlp_w4a8.cu needs beyond moe_wgmma_emulation.h, for running its device code on
 // the CPU (scripts/emulate_moe_w4a8.sh):
-//   - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 (A from registers, B through a K-major 128B-swizzle
-//     descriptor, scale-d 0 or 1), recorded into moe_wgmma_emulation.h's lazy queue with e4m3 = true
+//   - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 (A from registers, or from shared memory (the SS form of
+//     moe_mlp_matrix.cu), B through a K-major 128B-swizzle descriptor, scale-d 0 or 1), recorded into moe_wgmma_emulation.h's lazy queue with e4m3 = true
 //     and executed at wait_group from the PTX fragment layouts;
 //   - cp.async of 4 bytes (zero-fill) as an immediate copy; 32-bit shared loads;
 //   - cvt.rn.satfinite.e4m3x2.f32 as fp8::float_to_e4m3 (round to nearest even, saturating), rintf;
@@ -27,6 +27,12 @@ template <int N>
 void wgmma_e4m3(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc, int scale_d) {
     static_assert(N % 8 == 0 && N >= 8 && N <= 256);
     g_wgmma[threadIdx.x].ops.push_back({d, a, desc, N, 0, true, scale_d != 0});
+}
+// The SS form (kernels/cuda/moe_mlp_matrix.cu): A from shared memory through desc_a, as B.
+template <int N>
+void wgmma_m64nNk32_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N % 8 == 0 && N >= 8 && N <= 256);
+    g_wgmma[threadIdx.x].ops.push_back({d, nullptr, desc_b, N, desc_a, true, scale_d != 0});
 }
 inline void cp_async4_zfill(void* dst, const void* src, bool valid) {
     if (reinterpret_cast<uintptr_t>(dst) % 4 || (valid && reinterpret_cast<uintptr_t>(src) % 4)) {

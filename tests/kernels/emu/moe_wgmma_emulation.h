@@ -17,8 +17,9 @@
 //         start + (n % 8) * 128 + (n / 8) * SBO + (k / 8) * 16 + (k % 8) * 2, then bits [4,7) ^= bits [7,10)
 //     and descriptors of any other form (layout type, LBO != 1, base offset) abort;
 //   - wgmma.mma_async m64nNk32 e4m3 x e4m3 (moe_w4a8_emulation.h records it with e4m3 = true): the same
-//     lazy execution, the 8-bit A fragment and a K-major 8-bit B (byte k of the 128-byte row), and
-//     scale-d 0 (accumulate = false) overwriting d;
+//     lazy execution, the 8-bit A fragment or (SS form, the matrix-expert GEMM) an 8-bit K-major A read
+//     through its descriptor like B, a K-major 8-bit B (byte k of the 128-byte row), and scale-d 0
+//     (accumulate = false) overwriting d;
 //   - setmaxnreg, wgmma.fence, fence.proxy.async, PDL: no-ops.
 #pragma once
 
@@ -166,7 +167,9 @@ void wgmma_wait() {
             if (op.e4m3) {
                 for (int k = 0; k < 32; ++k) {
                     const int owner = wg * 128 + (row / 16) * 32 + (row % 8) * 4 + (k % 16) / 4;
-                    sum += double(wgmma_a_e4m3(g_wgmma[owner].ops[i].a, row, k)) * double(wgmma_b_e4m3(op.desc, k, col));
+                    const double a = op.a == nullptr ? double(wgmma_b_e4m3(op.desc_a, k, row))  // SS: shared memory, now
+                                                     : double(wgmma_a_e4m3(g_wgmma[owner].ops[i].a, row, k));
+                    sum += a * double(wgmma_b_e4m3(op.desc, k, col));
                 }
             } else {
                 for (int k = 0; k < 16; ++k) sum += double(a_elem(i, row, k)) * double(wgmma_b(op.desc, k, col));

@@ -1,0 +1,252 @@
+// The CUDA runner with matrix experts (kernels/cuda/moe_mlp_matrix.h through MoeStep; DeviceWeights'
+// matrix experts) on the synthetic tiny checkpoint, converted at load time as --weights does:
+//   BF16 experts (convert_weights bf16: exact from MXFP4) against the CPU reference on the same weights;
+//   FP8 experts (convert_weights fp8 --convert experts) against the CPU reference running the GPU's W8A8
+//   arithmetic (CpuReferenceOptions::moe_w8a8).
+// Each: a 320-token prompt in two chunks (200: 100 routed rows per expert, the 128-row tiles; 120: 60,
+// the 64-row tiles) then 32 greedy decode steps (4 routed rows: the decode batches, CUDA graphs on) with
+// identical tokens, every step's intermediates layer by layer on a 180-token prefill, and the parallel
+// layouts (one GPU, same-device communicator: EP 2, TP 2 with expert columns padded to 64-column tiles)
+// against the single-GPU runner; plus the refusals (W4A8 with matrix experts; FP8 experts whose TP slice
+// does not start at a multiple of 128).
+//
+// Bounds. BF16 experts: exactly test_cuda_forward's (the GPU rounds GEMM inputs and K/V to BF16 where the
+// reference keeps FP32: logits 2e-2 per row, intermediates 3e-2, identical greedy tokens): the experts'
+// weights are the same values on both sides. FP8 experts: the same, except the MoE output itself: both
+// sides quantise their activations to E4M3, but the GPU quantises the BF16-rounded h (the CPU the FP32
+// xn), so some elements land one E4M3 step apart; bounded by two E4M3 roundings' RMS (2 · 2^-4 / sqrt(3)),
+// as test_cuda_w4a8. The residual stream dilutes that below the logit bound (the CPU measures W8A8 at
+// 2-3e-3 from W8A16 on these models, test_w8a8). Parallel layouts: test_cuda_parallel's 1e-2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+
+#include "model/cuda/gpt_oss_cuda.h"
+#include "model/cuda/parallel_cuda.h"
+#include "model/gpt_oss_ref.h"
+#include "model/synthetic.h"
+#include "model/test_reference_util.h"
+#include "model/weight_convert.h"
+
+namespace osprey::model {
+namespace {
+
+constexpr double kLogitBound = 2e-2;
+constexpr double kStepBound = 3e-2;
+constexpr double kParallelBound = 1e-2;
+const double kE4m3Step = 0.0625 / std::sqrt(3.0);
+
+double rel_l2(std::span<const float> got, std::span<const float> want) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(got[i])) return INFINITY;
+        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+        den += double(want[i]) * want[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-30));
+}
+
+int argmax(std::span<const float> row) { return int(std::max_element(row.begin(), row.end()) - row.begin()); }
+
+// test_cuda_parallel's small model (8 KV heads of 8 query heads: TP up to 8; 8 experts) with d_ff 256
+// (TP 2: 128 + 128 columns, each rank's FP8 blocks whole) or 192 (96 + 96: rank 1's start inside a block).
+Config tp_config(int d_ff) {
+    Config c = test::small_config();
+    c.d_model = 256;
+    c.n_heads = 64;
+    c.n_kv_heads = 8;
+    c.head_dim = 64;
+    c.d_ff = d_ff;
+    c.vocab_size = 1001;
+    c.sliding_window = 128;
+    c.max_position = 4096;
+    return c;
+}
+
+const Weights& published(const std::string& model) {
+    static const Weights tiny = Weights::load(test::synthetic_checkpoint("cuda-tiny", preset_config("tiny"), 7));
+    if (model == "tiny") return tiny;
+    static const Weights tp256 = Weights::load(test::synthetic_checkpoint("cuda-matrix-tp256", tp_config(256), 17));
+    if (model == "tp256") return tp256;
+    static const Weights tp192 = Weights::load(test::synthetic_checkpoint("cuda-matrix-tp192", tp_config(192), 19));
+    return tp192;
+}
+
+Weights with_experts(const std::string& model, WeightFormat f) {
+    return f == WeightFormat::bf16 ? convert_weights(published(model), WeightFormat::bf16)
+                                   : convert_weights(published(model), WeightFormat::fp8, parse_fp8_parts("experts"));
+}
+
+CudaRunnerOptions gpu_options(bool graphs) {
+    return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
+                             .graphs = graphs};
+}
+
+std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab = 200000) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> t(n);
+    for (int32_t& x : t) x = int32_t(rng() % uint32_t(vocab));
+    return t;
+}
+
+class MatrixExperts : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(MatrixExperts, long_prompt_in_chunks_then_32_greedy_steps) {
+    const WeightFormat f = GetParam();
+    const Weights w = with_experts("tiny", f);
+    ASSERT_EQ(w.layers[0].experts_format(), f) << w.formats();
+    CpuReference cpu(w, {.moe_w8a8 = f == WeightFormat::fp8});
+    CudaRunner gpu(w, gpu_options(/*graphs=*/true));
+    cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
+    gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
+    auto forward = [&](const ForwardBatch& b, std::vector<float>& lc) {
+        cpu.forward(b);
+        gpu.forward(b);
+        std::vector<float> lg;
+        cpu.logits_to_host(lc);
+        gpu.logits_to_host(lg);
+        EXPECT_EQ(lc.size(), lg.size());
+        return rel_l2(lg, lc);
+    };
+    test::Seq s;
+    s.tokens = random_prompt(320, 11);
+    s.pages = test::pages_from(0, 40);
+    s.window_slot = 3;
+    std::vector<float> lc;
+    for (int n : {200, 120}) {
+        ForwardBatch b;
+        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        b.slices.push_back(test::slice_for(s, 0, n));
+        const double err = forward(b, lc);
+        std::printf("  %s experts, prefill chunk of %d: logits rel err %.2e\n", weight_format_name(f), n, err);
+        EXPECT_LT(err, kLogitBound);
+        s.n_computed += n;
+    }
+    int next = argmax(lc);
+    double worst = 0;
+    for (int i = 0; i < 32; ++i) {
+        s.tokens.push_back(next);
+        ForwardBatch b;
+        b.tokens = {next};
+        b.slices.push_back(test::slice_for(s, 0, 1));
+        worst = std::max(worst, forward(b, lc));
+        s.n_computed += 1;
+        std::vector<int32_t> greedy;
+        gpu.greedy(greedy);
+        ASSERT_EQ(greedy.size(), 1u);
+        next = argmax(lc);
+        EXPECT_EQ(greedy[0], next) << "greedy step " << i;
+    }
+    std::printf("  %s experts, 32 decode steps: worst logits rel err %.2e\n", weight_format_name(f), worst);
+    EXPECT_LT(worst, kLogitBound);
+}
+
+TEST_P(MatrixExperts, prefill_steps_match_the_reference) {
+    const WeightFormat f = GetParam();
+    const Weights w = with_experts("tiny", f);
+    CpuReference cpu(w, {.moe_w8a8 = f == WeightFormat::fp8});
+    CudaRunner gpu(w, gpu_options(false));
+    cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
+    gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
+    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
+    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
+    cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
+        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
+    });
+    gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
+        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
+    });
+    test::Seq s;
+    s.tokens = random_prompt(180, 5);
+    s.pages = test::pages_from(0, 20);
+    ForwardBatch b;
+    b.tokens = s.tokens;
+    b.slices.push_back(test::slice_for(s, 0, 180));
+    cpu.forward(b);
+    gpu.forward(b);
+    int compared = 0;
+    for (const auto& [name, g] : gpu_steps) {
+        auto it = cpu_steps.find(name);
+        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
+        ASSERT_EQ(it->second.size(), g.size()) << name;
+        const double err = rel_l2(g, it->second);
+        const bool moe = name.rfind("moe@", 0) == 0;
+        std::printf("  %s experts %-20s rel err %.2e\n", weight_format_name(f), name.c_str(), err);
+        EXPECT_LT(err, moe && f == WeightFormat::fp8 ? 2 * kE4m3Step : kStepBound) << name;
+        ++compared;
+    }
+    EXPECT_GE(compared, 4 * 10 + 3);
+    std::vector<float> lc, lg;
+    cpu.logits_to_host(lc);
+    gpu.logits_to_host(lg);
+    ASSERT_EQ(lc.size(), lg.size());
+    EXPECT_LT(rel_l2(lg, lc), kLogitBound);
+}
+
+// A prompt of 150 tokens in chunks of 100 and 50, then 8 greedy steps, on `m`: the logits of every step.
+std::vector<std::vector<float>> trace(ModelRunner& m, std::vector<int32_t>& tokens) {
+    m.allocate_kv(kv_layout_for(m, 16, 64, 4));
+    test::Seq s;
+    s.tokens = random_prompt(150, 3, m.config().vocab_size);
+    s.pages = test::pages_from(0, 20);
+    std::vector<std::vector<float>> out;
+    auto step = [&](int n) {
+        ForwardBatch b;
+        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
+        b.slices.push_back(test::slice_for(s, 0, n));
+        m.forward(b);
+        s.n_computed += n;
+        out.emplace_back();
+        m.logits_to_host(out.back());
+    };
+    step(100);
+    step(50);
+    for (int i = 0; i < 8; ++i) {
+        s.tokens.push_back(argmax(out.back()));
+        step(1);
+    }
+    tokens.assign(s.tokens.begin() + 150, s.tokens.end());
+    return out;
+}
+
+TEST_P(MatrixExperts, parallel_layouts_match_one_gpu) {
+    const WeightFormat f = GetParam();
+    const Weights w = with_experts("tp256", f);
+    std::vector<int32_t> want_tokens;
+    CudaRunner one(w, gpu_options(false));
+    const auto want = trace(one, want_tokens);
+    for (ParallelLayout layout : {ParallelLayout{.tp = 1, .ep = 2}, ParallelLayout{.tp = 2}, ParallelLayout{.tp = 2, .ep = 2}}) {
+        auto m = make_cuda_parallel_runner(w, {.layout = layout, .runner = gpu_options(false), .same_device = true});
+        std::vector<int32_t> tokens;
+        const auto got = trace(*m, tokens);
+        double worst = 0;
+        for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, rel_l2(got[i], want[i]));
+        std::printf("  %s experts, %s: worst logits rel diff %.2e\n", weight_format_name(f), layout.label().c_str(), worst);
+        EXPECT_LT(worst, kParallelBound) << layout.label();
+        EXPECT_EQ(tokens, want_tokens) << layout.label();
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(formats, MatrixExperts, ::testing::Values(WeightFormat::bf16, WeightFormat::fp8),
+                         [](const auto& info) { return std::string(weight_format_name(info.param)); });
+
+TEST(MatrixExpertsErrors, refusals) {
+    // W4A8 is an MXFP4 path.
+    CudaRunnerOptions o = gpu_options(false);
+    o.moe_w4a8 = true;
+    EXPECT_THROW(CudaRunner(with_experts("tiny", WeightFormat::fp8), o), Error);
+    // d_ff 192 splits 96 / 96 at TP 2: rank 1's FP8 blocks would straddle the ranks.
+    const Weights fp8 = with_experts("tp192", WeightFormat::fp8);
+    EXPECT_THROW(make_cuda_parallel_runner(fp8, {.layout = {.tp = 2}, .runner = gpu_options(false), .same_device = true}),
+                 Error);
+    // The same split with BF16 experts is fine.
+    EXPECT_NO_THROW(make_cuda_parallel_runner(with_experts("tp192", WeightFormat::bf16),
+                                              {.layout = {.tp = 2}, .runner = gpu_options(false), .same_device = true}));
+}
+
+}  // namespace
+}  // namespace osprey::model
