@@ -1,7 +1,7 @@
-// What the CUDA backend accepts, checked before any device work (backends::check_cuda_supports): BF16
-// or FP8 attention and unembedding with MXFP4 experts run; FP8 or BF16 experts are refused naming the
-// experts and the flag that keeps them MXFP4; FP8 attention under a tensor-parallel layout needs each
-// rank's out-projection columns to start on a 128-column block. CPU only (no GPU needed).
+// What the CUDA backend accepts, checked before any device work (backends::check_cuda_supports): every
+// --weights mode runs (BF16 or FP8 attention and unembedding, MXFP4, FP8 or BF16 experts); W4A8 is
+// refused with matrix experts (it is an MXFP4 path); FP8 attention under a tensor-parallel layout needs
+// each rank's out-projection columns to start on a 128-column block. CPU only (no GPU needed).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -48,15 +48,17 @@ TEST(cuda_support, published_and_fp8_dense_weights_pass) {
     EXPECT_EQ(refusal(unemb, {.weights_format = WeightFormat::fp8}), "");
 }
 
-TEST(cuda_support, fp8_and_bf16_experts_are_refused_by_name) {
+TEST(cuda_support, fp8_and_bf16_experts_pass_but_not_with_w4a8) {
     const Weights fp8 = convert_weights(published(), WeightFormat::fp8);
-    const std::string m = refusal(fp8, {.weights_format = WeightFormat::fp8});
-    EXPECT_NE(m.find("--weights fp8"), std::string::npos) << m;
-    EXPECT_NE(m.find("fp8 experts are not yet on the GPU"), std::string::npos) << m;
-    EXPECT_NE(m.find("--convert attention,unembedding"), std::string::npos) << m;
+    ASSERT_EQ(fp8.layers[0].experts_format(), WeightFormat::fp8);
+    EXPECT_EQ(refusal(fp8, {.weights_format = WeightFormat::fp8}), "");
     const Weights bf16 = convert_weights(published(), WeightFormat::bf16);
-    const std::string b = refusal(bf16, {.weights_format = WeightFormat::bf16});
-    EXPECT_NE(b.find("bf16 experts are not yet on the GPU"), std::string::npos) << b;
+    ASSERT_EQ(bf16.layers[0].experts_format(), WeightFormat::bf16);
+    EXPECT_EQ(refusal(bf16, {.weights_format = WeightFormat::bf16}), "");
+    const std::string m = refusal(fp8, {.weights_format = WeightFormat::fp8, .moe_w4a8 = true});
+    EXPECT_NE(m.find("--moe-gemm w4a8"), std::string::npos) << m;
+    EXPECT_NE(m.find("W4A8 runs the published MXFP4 experts"), std::string::npos) << m;
+    EXPECT_EQ(refusal(published(), {.moe_w4a8 = true}), "");
 }
 
 TEST(cuda_support, tensor_parallel_fp8_attention_needs_128_column_slices) {
