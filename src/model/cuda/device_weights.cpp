@@ -208,13 +208,21 @@ size_t matrix_expert_bytes(const LayerWeights& l) {
     return 2;
 }
 
-// The expert tensors' bytes in the checkpoint (every layer, every expert).
+// The bytes of every tensor the Weights hold, as they are (load-time conversions included: total_bytes()
+// counts only the checkpoint's files).
+size_t tensor_bytes(const Weights& w) {
+    size_t n = 0;
+    w.for_each([&](const TensorView& v) { n += v.nbytes(); });
+    return n;
+}
+
+// The expert tensors' bytes (every layer, every expert), in whichever form they are held.
 size_t expert_bytes(const Weights& w) {
     size_t n = 0;
     for (const LayerWeights& l : w.layers)
         for (const TensorView* v : {&l.mlp1_blocks, &l.mlp1_scales, &l.mlp1_bias, &l.mlp2_blocks, &l.mlp2_scales,
                                     &l.mlp2_bias, &l.mlp1_w, &l.mlp1_scale, &l.mlp2_w, &l.mlp2_scale})
-            n += v->nbytes();
+            if (!v->shape.empty()) n += v->nbytes();  // (an absent view has no shape)
     return n;
 }
 
@@ -284,7 +292,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
     DeviceWeights d;
     d.config = w.config;
     const Config& c = w.config;
-    check_device_memory(w, w.total_bytes(), expert_bytes(w));
+    check_device_memory(w, tensor_bytes(w), expert_bytes(w));
     Uploader up(w.total_bytes(), progress);
 
     check_bf16(w.embedding);
@@ -359,7 +367,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, const ModelSh
             const size_t elems = size_t(p.experts.count) * 3 * size_t(d_ff_padded) * size_t(c.d_model);
             piece_experts += per_elem ? elems * per_elem : elems * 17 / 32;  // MXFP4: 4.25 bits per weight
         }
-        check_device_memory(w, w.total_bytes() - expert_bytes(w) + piece_experts, piece_experts);
+        check_device_memory(w, tensor_bytes(w) - expert_bytes(w) + piece_experts, piece_experts);
     }
     Uploader up(w.total_bytes(), false);
     (void)progress;
