@@ -6,9 +6,9 @@
 // a prompt in chunks (the prefill path: dequantise + cuBLASLt) then 32 greedy decode steps (the FP8
 // GEMVs with the norm prologue and the MoE residual epilogue, gemv_wide for the 201088-row unembedding),
 // eager and from CUDA graphs; ragged batches of 1..40 tokens (the GEMV, once or per 8 tokens, and the
-// prefill path); every
-// intermediate layer by layer; and tensor parallelism on one GPU (a 64-head model, TP2 and TP8, its
-// vocabulary of 1001 rows split at rows that are not multiples of 128) against the single-GPU runner.
+// prefill path); every intermediate layer by layer; and tensor parallelism on one GPU (a 64-head model,
+// TP2 and TP8, its vocabulary of 1001 rows split at rows that are not multiples of 128) against the
+// single-GPU runner.
 //
 // Bounds (architecture.md, "Comparing implementations on random weights"; tests/model/test_cuda_forward.cu):
 // the GPU path's own BF16 roundings (activations after every norm, BF16 attention inputs) against the
