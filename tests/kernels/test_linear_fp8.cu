@@ -1,7 +1,8 @@
 // FP8 dense linears (kernels/cuda/linear.h, Fp8Weight) beyond the shared table (test_linear runs the
 // table's fp8_* cases against cpu::fp8_matmul): argument checks, determinism, the prefill path's row
 // chunks through a small scratch (offsets of y, the bias and strides, a partial last chunk), and the
-// prefill path inside a CUDA graph (the scratch must be reserved before the capture).
+// prefill path (T > kFp8GemvGroupMaxTokens) inside a CUDA graph (the scratch must be reserved before
+// the capture).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -122,7 +123,8 @@ TEST(cuda_linear_fp8, prefill_chunks_through_a_small_scratch) {
         auto y = cases::device_uniform<float>(size_t(t) * ldy, 99, -1.f, 1.f);
         const std::vector<float> y0 = y.download(size_t(t) * ldy);
         blas.linear({.y = y.get(), .x = p.d_x.get(), .w8 = p.weight(), .bias = p.d_bias.get(), .n_tokens = t,
-                     .n_out = n, .n_in = k, .ldy = ldy, .y_f32 = true, .accumulate = true},
+                     .n_out = n, .n_in = k, .ldy = ldy, .y_f32 = true, .accumulate = true,
+                     .path = LinearPath::blas},
                     nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
         const std::vector<float> got = y.download(size_t(t) * ldy), want = rounded_reference(p);
@@ -146,11 +148,11 @@ TEST(cuda_linear_fp8, prefill_chunks_through_a_small_scratch) {
 // A CUDA graph holding the prefill path replays what the eager call computes; capturing it before the
 // scratch exists is refused (a capture cannot allocate).
 TEST(cuda_linear_fp8, prefill_path_in_a_graph) {
-    const Fp8Problem p = make_fp8(300, 144, 16);
+    const Fp8Problem p = make_fp8(300, 144, 40);
     cuda::Stream stream;
-    auto y = cases::poisoned<float>(size_t(16) * 300);
+    auto y = cases::poisoned<float>(size_t(40) * 300);
     const cuda::LinearArgs a{.y = y.get(), .x = p.d_x.get(), .w8 = p.weight(), .bias = p.d_bias.get(),
-                             .n_tokens = 16, .n_out = 300, .n_in = 144, .y_f32 = true};
+                             .n_tokens = 40, .n_out = 300, .n_in = 144, .y_f32 = true};  // 40 > 32: prefill path
     {
         cuda::Blas blas;
         cuda::Graph g;
@@ -160,13 +162,13 @@ TEST(cuda_linear_fp8, prefill_path_in_a_graph) {
     blas.reserve_fp8_scratch();
     blas.linear(a, stream);  // eager: the reference, and the cuBLASLt plans
     stream.sync();
-    const std::vector<float> eager = y.download(size_t(16) * 300);
+    const std::vector<float> eager = y.download(size_t(40) * 300);
     y.fill_bytes(0xFF);
     cuda::Graph g;
     g.capture(stream, [&] { blas.linear(a, stream); });
     g.replay(stream);
     stream.sync();
-    const std::vector<float> replayed = y.download(size_t(16) * 300);
+    const std::vector<float> replayed = y.download(size_t(40) * 300);
     EXPECT_EQ(std::memcmp(eager.data(), replayed.data(), eager.size() * sizeof(float)), 0);
     const std::vector<float> want = rounded_reference(p);
     double worst = 0;

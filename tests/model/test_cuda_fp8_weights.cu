@@ -5,9 +5,10 @@
 // 1 KV heads: q is 512 rows, k and v 64 each, so the stacked qkv keeps its multipliers on a 64-row grid):
 // a prompt in chunks (the prefill path: dequantise + cuBLASLt) then 32 greedy decode steps (the FP8
 // GEMVs with the norm prologue and the MoE residual epilogue, gemv_wide for the 201088-row unembedding),
-// eager and from CUDA graphs; a ragged batch of 1..12 tokens (both paths, both sides of T = 8); every
-// intermediate layer by layer; and tensor parallelism on one GPU (a 64-head model, TP2 and TP8, its
-// vocabulary of 1001 rows split at rows that are not multiples of 128) against the single-GPU runner.
+// eager and from CUDA graphs; ragged batches of 1..40 tokens (the GEMV, once or per 8 tokens, and the
+// prefill path); every intermediate layer by layer; and tensor parallelism on one GPU (a 64-head model,
+// TP2 and TP8, its vocabulary of 1001 rows split at rows that are not multiples of 128) against the
+// single-GPU runner.
 //
 // Bounds (architecture.md, "Comparing implementations on random weights"; tests/model/test_cuda_forward.cu):
 // the GPU path's own BF16 roundings (activations after every norm, BF16 attention inputs) against the
@@ -169,9 +170,9 @@ TEST(cuda_fp8_weights, long_prompt_in_chunks_then_32_greedy_steps) {
     }
 }
 
-// Steps of 2, 5, 8 (GEMVs: 2 with the fused norms) and 9, 12 tokens (the prefill path) over 1..4
-// sequences, every slice asking for logits.
-TEST(cuda_fp8_weights, ragged_batches_on_both_sides_of_8_tokens) {
+// Steps of 1, 2, 5, 8 tokens (the GEMVs: 1 and 2 with the fused norms), 9 and 12 (the GEMV per 8
+// tokens) and 40 (the prefill path) over 1..4 sequences, every slice asking for logits.
+TEST(cuda_fp8_weights, ragged_batches_on_every_path) {
     Pair p(/*graphs=*/true);
     std::vector<test::Seq> seqs(4);
     for (int i = 0; i < 4; ++i) {
@@ -186,6 +187,7 @@ TEST(cuda_fp8_weights, ragged_batches_on_both_sides_of_8_tokens) {
         {{0, 2}, {1, 2}, {2, 2}, {3, 2}},          // 8
         {{0, 3}, {1, 2}, {2, 2}, {3, 2}},          // 9
         {{0, 3}, {1, 3}, {2, 3}, {3, 3}},          // 12
+        {{0, 10}, {1, 10}, {2, 10}, {3, 10}},      // 40
         {{2, 1}},                                  // 1
     };
     for (size_t k = 0; k < plan.size(); ++k) {

@@ -713,6 +713,19 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
         gemv(a, ldx, ldy, stream);
         return;
     }
+    if (fp8 && a.path == LinearPath::automatic && k_ok && ldx % 8 == 0 && aligned16(a.x) && aligned16(w) &&
+        gemv_fits(kGemvMaxTokens, a.n_in) && a.n_tokens <= kFp8GemvGroupMaxTokens) {
+        // 9..32 tokens: the GEMV per group of 8 (linear.h, kFp8GemvGroupMaxTokens); rows t0.. of x and y.
+        const size_t y_elem = a.y_f32 ? sizeof(float) : sizeof(bf16);
+        for (int t0 = 0; t0 < a.n_tokens; t0 += kGemvMaxTokens) {
+            LinearArgs g = a;
+            g.n_tokens = std::min(kGemvMaxTokens, a.n_tokens - t0);
+            g.x = a.x + size_t(t0) * ldx;
+            g.y = static_cast<uint8_t*>(a.y) + size_t(t0) * ldy * y_elem;
+            gemv(g, ldx, ldy, stream);
+        }
+        return;
+    }
     if (fp8) {
         fp8_dequant_linear(a, ldx, ldy, stream);
         return;
@@ -728,7 +741,7 @@ void Blas::linear(const LinearArgs& a, cudaStream_t stream) {
                                 workspace_.get(), workspace_.bytes(), stream));
 }
 
-// FP8 prefill (T > 8, or shapes the GEMVs do not take): the simplest correct path. W is dequantised to
+// FP8 prefill (T > kFp8GemvGroupMaxTokens, or shapes the GEMVs do not take): the simplest correct path. W is dequantised to
 // BF16 (fp8_dequant_rows_kernel: one rounding of code · multiplier per weight, 2^-9 relative, the
 // rounding a BF16 checkpoint's weights carry too) in chunks of rows that fit the scratch, and each chunk
 // runs as an ordinary BF16 cuBLASLt linear writing its columns of y (y + n0 with the row stride ldy;

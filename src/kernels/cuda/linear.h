@@ -6,8 +6,9 @@
 // block-FP8 checkpoint layout, core/fp8.h, docs/fp8.md): W[n, k] = e4m3(Q[n, k]) · scale[n / R][k / 128].
 // Decode sizes (T <= 8) read the codes directly (half the bytes of BF16): the GEMV kernels decode
 // E4M3 -> BF16 exactly in registers and multiply each 128-input block's FP32 partial sum by its
-// multiplier, as cpu::fp8_matmul does. Larger T dequantises W to BF16 (one rounding per weight) in
-// row chunks through a bounded scratch and runs cuBLASLt on each chunk (linear.cu, "FP8 prefill").
+// multiplier, as cpu::fp8_matmul does; 9..32 tokens run the GEMV once per 8 tokens. Larger T
+// dequantises W to BF16 (one rounding per weight) in row chunks through a bounded scratch and runs
+// cuBLASLt on each chunk (linear.cu, "FP8 prefill").
 #pragma once
 
 #include <cuda_runtime.h>
@@ -98,6 +99,12 @@ struct LinearArgs {
 // weight when fp8_weight: K must also be a multiple of 16).
 bool gemv_norm_supported(int n_tokens, int n_in, bool fp8_weight = false);
 
+// FP8 weights from 9 up to this many tokens (automatic path): the GEMV once per group of 8 tokens,
+// each group re-reading the codes. Below this it moves fewer bytes than the prefill path, which reads
+// the codes, writes and reads them again as BF16 (~5x the codes' bytes); at 9..16 tokens it reads
+// what one BF16 pass reads. (The mma's rows 8..15, zero today, could take tokens 8..15 at no cost.)
+inline constexpr int kFp8GemvGroupMaxTokens = 32;
+
 // Whether an FP8 weight of K inputs can take the GEMV paths (codes read in 16-byte pieces that never
 // straddle a row: K a multiple of 16); otherwise every T takes the dequantise + cuBLASLt path.
 inline bool fp8_gemv_shape_ok(int n_in) { return n_in > 0 && n_in % 16 == 0; }
@@ -118,7 +125,7 @@ public:
 
     void linear(const LinearArgs& a, cudaStream_t stream);
 
-    // Allocates the FP8 dequantisation scratch now (FP8 linears with T > 8 need it; allocated on first
+    // Allocates the FP8 dequantisation scratch now (FP8 linears with T > 32 need it; allocated on first
     // use otherwise, which a CUDA graph capture cannot do): call before capturing. bytes >= 2 K for
     // the widest K (one BF16 row).
     void reserve_fp8_scratch(size_t bytes = kFp8ScratchBytes);

@@ -167,7 +167,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     rope_cos_.upload(rope_.cos());
     rope_sin_.upload(rope_.sin());
     blas_ = std::make_unique<cuda::Blas>();
-    // FP8 linears of more than 8 tokens dequantise through a scratch that a graph capture cannot allocate.
+    // FP8 linears of more than 32 tokens dequantise through a scratch that a graph capture cannot allocate.
     if (weights_.unembedding.is_fp8() || (!weights_.layers.empty() && weights_.layers[0].qkv_w.is_fp8()))
         blas_->reserve_fp8_scratch();
     OSPREY_CHECK(options_.kv_dtype == KvDtype::bf16 || options_.kv_dtype == KvDtype::fp8_e4m3,

@@ -12,7 +12,8 @@
 // FP8 weights (Case::fp8, linear.h Fp8Weight): every non-NaN E4M3 code (uniform random bytes) with
 // multipliers spread over 3 binades, against cpu::fp8_matmul (the CPU reference: dequantised
 // weights, FP32 accumulation, the multiplier on each 128-input block's partial sum), to the same
-// bounds as BF16 for the GEMV paths. The prefill path (T > 8, or K not a multiple of 16) rounds each
+// bounds as BF16 for the GEMV paths (T <= 32 on the automatic path). The prefill path (T > 32, the
+// blas path, or K not a multiple of 16) rounds each
 // dequantised weight to BF16 before cuBLASLt: it is checked to the same bounds against the CPU BF16
 // matmul over exactly those rounded weights (its contract), and the rounding's own size (<= 2^-9 of
 // Σ|x·w| per output) is what the model-level test (tests/model/test_cuda_fp8_weights.cu) bounds.
@@ -99,7 +100,7 @@ inline bool fp8_takes_dequant(const Case& c) {
     if (!cuda::fp8_gemv_shape_ok(c.k)) return true;
     if (c.path == cuda::LinearPath::blas) return true;
     if (c.path == cuda::LinearPath::gemv || c.path == cuda::LinearPath::gemv_wide) return false;
-    return c.t > cuda::kGemvAutoTokens;
+    return c.t > cuda::kFp8GemvGroupMaxTokens;  // up to there: the GEMV per 8 tokens
 }
 
 // The fused-norm variant of a case: the residual, MoE slots and gain it reads, the rows it normalises.
@@ -363,20 +364,25 @@ inline std::vector<Case> cases() {
             c.label = str("linear fp8 odd shape T=", tokens);
             return c;
         }());
-    fp8("fp8_odd_shape_t9_prefill", {.t = 9, .n = 200, .k = 272});
+    fp8("fp8_odd_shape_t9_two_gemv_groups", {.t = 9, .n = 200, .k = 272});
+    fp8("fp8_odd_shape_t32_four_gemv_groups", {.t = 32, .n = 200, .k = 272, .f32 = true, .accumulate = true});
+    fp8("fp8_odd_shape_t33_prefill", {.t = 33, .n = 200, .k = 272});
+    fp8("fp8_odd_shape_t5_blas_path", {.t = 5, .n = 200, .k = 272, .path = LinearPath::blas});
     fp8("fp8_k_not_multiple_of_16", {.t = 3, .n = 70, .k = 200, .f32 = true});
     fp8("fp8_block_rows_64_decode", {.t = 1, .n = 640, .k = 128, .block_rows = 64});
-    fp8("fp8_block_rows_64_prefill", {.t = 20, .n = 640, .k = 128, .block_rows = 64});
+    fp8("fp8_block_rows_64_gemv_groups", {.t = 20, .n = 640, .k = 128, .block_rows = 64});
+    fp8("fp8_block_rows_64_prefill", {.t = 40, .n = 640, .k = 128, .block_rows = 64});
     fp8("fp8_block_rows_1_decode", {.t = 4, .n = 45, .k = 160, .f32 = true, .block_rows = 1});
     fp8("fp8_block_rows_8_wide", {.t = 1, .n = 77, .k = 2880, .path = LinearPath::gemv_wide, .block_rows = 8});
     fp8("fp8_qkv_decode_t1", {.t = 1, .n = 5120, .k = 2880});
     fp8("fp8_qkv_decode_t8", {.t = 8, .n = 5120, .k = 2880});
-    fp8("fp8_qkv_prefill_t9", {.t = 9, .n = 5120, .k = 2880});
+    fp8("fp8_qkv_t9_two_gemv_groups", {.t = 9, .n = 5120, .k = 2880});
     fp8("fp8_qkv_prefill_t77", {.t = 77, .n = 5120, .k = 2880});
     fp8("fp8_out_proj_accumulates_residual_t1", {.t = 1, .n = 2880, .k = 4096, .f32 = true, .accumulate = true});
     fp8("fp8_out_proj_accumulates_residual_t33", {.t = 33, .n = 2880, .k = 4096, .f32 = true, .accumulate = true});
     fp8("fp8_strided_gemv", {.t = 6, .n = 96, .k = 64, .ldx = 80, .ldy = 112, .path = LinearPath::gemv});
-    fp8("fp8_strided_prefill", {.t = 20, .n = 96, .k = 64, .ldx = 80, .ldy = 112});
+    fp8("fp8_strided_gemv_groups", {.t = 20, .n = 96, .k = 64, .ldx = 80, .ldy = 112});
+    fp8("fp8_strided_prefill", {.t = 40, .n = 96, .k = 64, .ldx = 80, .ldy = 112});
     for (int rows : {8, 16, 32}) {
         Case c{.use = Use::check_only, .t = 5, .n = 100, .k = 2880, .path = LinearPath::gemv, .gemv_rows = rows,
                .fp8 = true};
@@ -387,7 +393,9 @@ inline std::vector<Case> cases() {
     fp8("fp8_unembedding_t1_gemv",
         {.t = 1, .n = 201088, .k = 2880, .bias = false, .f32 = true, .path = LinearPath::gemv});
     fp8("fp8_unembedding_t3", {.t = 3, .n = 201088, .k = 2880, .bias = false, .f32 = true});
-    fp8("fp8_unembedding_t9_chunked_prefill", {.t = 9, .n = 201088, .k = 2880, .bias = false, .f32 = true});
+    fp8("fp8_unembedding_t9_chunked_prefill",
+        {.t = 9, .n = 201088, .k = 2880, .bias = false, .f32 = true, .path = LinearPath::blas});
+    fp8("fp8_unembedding_t9_two_gemv_groups", {.t = 9, .n = 201088, .k = 2880, .bias = false, .f32 = true});
     fp8("fp8_gemv_wide_tokens_strided",
         {.t = 7, .n = 50, .k = 64, .ldx = 72, .ldy = 60, .path = LinearPath::gemv_wide});
     fp8("fp8_gemv_wide_f32_accumulate",
@@ -404,7 +412,8 @@ inline std::vector<Case> cases() {
 
     // FP8 at gpt-oss's attention and unembedding shapes for bench_linear, next to the BF16 lines above:
     // T = 1 and 8 on the GEMVs (the unembedding at T = 1 on gemv_wide, automatic, and on the tensor-core
-    // GEMV), T = 64 on the prefill path (dequantise + cuBLASLt). Checked where T · N · K <= 6e9.
+    // GEMV), 16 and 32 on the GEMV per 8 tokens (against the prefill path at 32: where the automatic
+    // switch belongs), T = 64 on the prefill path (dequantise + cuBLASLt). Checked where T · N · K <= 6e9.
     struct Fp8Line {
         const char* shape;
         int n, k;
@@ -416,6 +425,9 @@ inline std::vector<Case> cases() {
     const Fp8Line fp8_lines[] = {
         {"qkv", 5120, 2880, false, false, true, 1, LinearPath::gemv, "gemv"},
         {"qkv", 5120, 2880, false, false, true, 8, LinearPath::gemv, "gemv"},
+        {"qkv", 5120, 2880, false, false, true, 16, LinearPath::automatic, "gemv x2"},
+        {"qkv", 5120, 2880, false, false, true, 32, LinearPath::automatic, "gemv x4"},
+        {"qkv", 5120, 2880, false, false, true, 32, LinearPath::blas, "dequant+cublasLt"},
         {"qkv", 5120, 2880, false, false, true, 64, LinearPath::automatic, "dequant+cublasLt"},
         {"out+resid", 2880, 4096, true, true, true, 1, LinearPath::gemv, "gemv"},
         {"out+resid", 2880, 4096, true, true, true, 8, LinearPath::gemv, "gemv"},
@@ -423,6 +435,7 @@ inline std::vector<Case> cases() {
         {"unembed", 201088, 2880, true, false, false, 1, LinearPath::gemv_wide, "gemv_wide"},
         {"unembed", 201088, 2880, true, false, false, 1, LinearPath::gemv, "gemv"},
         {"unembed", 201088, 2880, true, false, false, 8, LinearPath::gemv, "gemv"},
+        {"unembed", 201088, 2880, true, false, false, 16, LinearPath::automatic, "gemv x2"},
         {"unembed", 201088, 2880, true, false, false, 64, LinearPath::automatic, "dequant+cublasLt"},
     };
     for (const Fp8Line& l : fp8_lines) {
