@@ -5,8 +5,10 @@
 // History: the first version (measured on the H200, 2026-12-02, docs/performance.md "Fourth session")
 // staged 128 weight rows per item in k-blocks with one cp.async.bulk per 128-byte row segment and was
 // bound by issuing them (9% of 4.64 TB/s, 3.5x slower than narrow). This version copies whole
-// contiguous chunks of rows, as moe_decode does; not yet measured, so MoeStep still uses it only with
-// $OSPREY_MOE_MID=1.
+// contiguous chunks of rows, as moe_decode does: measured on the H200 (2026-12-02, docs/performance.md
+// "Fifth session"), 2.6-3.9x faster than the first version (20b 128 tokens 353 us, 26% of 4.64 TB/s) and
+// level with narrow up to 32 tokens, but slower from 64 and never faster than MoeStep's automatic
+// choice, so MoeStep still uses it only with $OSPREY_MOE_MID=1.
 //
 //   moe_group_by_expert's output (routed rows grouped by expert) ->
 //   mlp1:    u = clamped SwiGLU(h · W1_eᵀ + b1_e), h rows read through sorted_rows, u written in

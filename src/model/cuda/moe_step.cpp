@@ -28,8 +28,8 @@ int env_int(const char* name, int fallback) {
 }
 
 // The token range of the mid-batch path: off unless $OSPREY_MOE_MID=1 (its first version measured 3.5x
-// slower than the grouped GEMMs on the H200, docs/performance.md; the restructured one is not measured
-// yet); $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move its bounds (defaults kMoeMidMinTokens..kMoeMidMaxTokens).
+// slower than the grouped GEMMs on the H200, the restructured one still slower from 64 tokens and never
+// faster than the automatic choice: docs/performance.md, "Fifth session"); $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move its bounds (defaults kMoeMidMinTokens..kMoeMidMaxTokens).
 struct MidRange {
     bool on;
     int min, max;

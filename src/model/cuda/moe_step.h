@@ -70,7 +70,8 @@ struct MoeStep {
     // decode path is off or smaller) the two-launch mid-batch path of kernels/cuda/moe_mid.h, after
     // route and group. Off by default: its first version measured 3.5x slower than narrow on the H200
     // (992 against 284 us at 20b, 128 tokens; docs/performance.md); the restructured one (whole-chunk
-    // copies) awaits its measurement; $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
+    // copies) 353 us there, level with narrow up to 32 tokens and never faster than the automatic choice
+    // (20b batch 16/64/128 end to end 2085/5857/10410 against 2613/7389/13189 tokens/s); $OSPREY_MOE_MID_MIN / $OSPREY_MOE_MID_MAX move the range (read
     // by workspace_bytes and carve; the workspace is sized for min(max_tokens, the range's top)).
     bool use_decode_path = true;  // see run(); carve() reads $OSPREY_MOE_DECODE
     bool use_w4a8 = false;        // carve(..., w4a8 = true): FP8 wgmma experts in prefill
