@@ -30,6 +30,7 @@
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
 #include "model/test_reference_util.h"
+#include "model/cuda_test_util.h"
 #include "model/weight_convert.h"
 
 namespace osprey::model {
@@ -39,17 +40,9 @@ constexpr double kLogitBound = 2e-2;
 constexpr double kStepBound = 3e-2;
 constexpr Fp8Parts kDenseFp8{.attention = true, .experts = false, .unembedding = true};
 
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
-int argmax(std::span<const float> row) { return int(std::max_element(row.begin(), row.end()) - row.begin()); }
+using test::argmax;
+using test::random_prompt;
+using test::rel_l2;
 
 const Weights& tiny_fp8() {
     static const Weights w = [] {
@@ -59,41 +52,11 @@ const Weights& tiny_fp8() {
     return w;
 }
 
-CudaRunnerOptions options(bool graphs) {
-    return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
-                             .graphs = graphs};
-}
+CudaRunnerOptions options(bool graphs) { return test::tiny_cuda_options(graphs); }
 
-struct Pair {
-    CpuReference cpu;
-    CudaRunner gpu;
-    explicit Pair(bool graphs) : cpu(tiny_fp8()), gpu(tiny_fp8(), options(graphs)) {
-        cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
-        gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
-    }
-    // Both runners on b; the worst relative L2 difference of a logit row.
-    double forward(const ForwardBatch& b, std::vector<float>* cpu_logits = nullptr) {
-        cpu.forward(b);
-        gpu.forward(b);
-        std::vector<float> lc, lg;
-        cpu.logits_to_host(lc);
-        gpu.logits_to_host(lg);
-        EXPECT_EQ(lc.size(), lg.size());
-        const int V = cpu.config().vocab_size;
-        double worst = 0;
-        for (size_t r = 0; r < lc.size() / V; ++r)
-            worst = std::max(worst, rel_l2(std::span(lg).subspan(r * V, V), std::span(lc).subspan(r * V, V)));
-        if (cpu_logits) *cpu_logits = lc;
-        return worst;
-    }
+struct Pair : test::CudaCpuPair {
+    explicit Pair(bool graphs) : CudaCpuPair(tiny_fp8(), {}, options(graphs)) {}
 };
-
-std::vector<int32_t> random_prompt(int n, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::vector<int32_t> t(n);
-    for (int32_t& x : t) x = int32_t(rng() % 200000);
-    return t;
-}
 
 TEST(cuda_fp8_weights, device_weights_are_fp8_where_converted) {
     const Weights& w = tiny_fp8();
@@ -156,7 +119,7 @@ TEST(cuda_fp8_weights, long_prompt_in_chunks_then_32_greedy_steps) {
             b.tokens = {next};
             b.slices.push_back(test::slice_for(s, 0, 1));
             std::vector<float> cpu_logits;
-            worst = std::max(worst, p.forward(b, &cpu_logits));
+            worst = std::max(worst, p.forward(b, nullptr, &cpu_logits));
             s.n_computed += 1;
             std::vector<int32_t> greedy;
             p.gpu.greedy(greedy);

@@ -30,6 +30,7 @@
 #include "model/gpt_oss_ref.h"
 #include "model/synthetic.h"
 #include "model/test_reference_util.h"
+#include "model/cuda_test_util.h"
 #include "model/weight_convert.h"
 
 namespace osprey::model {
@@ -40,17 +41,8 @@ constexpr double kStepBound = 3e-2;
 constexpr double kParallelBound = 1e-2;
 const double kE4m3Step = 0.0625 / std::sqrt(3.0);
 
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
-}
-
-int argmax(std::span<const float> row) { return int(std::max_element(row.begin(), row.end()) - row.begin()); }
+using test::argmax;
+using test::rel_l2;
 
 // test_cuda_parallel's small model (8 KV heads of 8 query heads: TP up to 8; 8 experts) with d_ff 256
 // (TP 2: 128 + 128 columns, each rank's FP8 blocks whole) or 192 (96 + 96: rank 1's start inside a block).
