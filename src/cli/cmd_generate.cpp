@@ -45,8 +45,7 @@ constexpr const char* kHelp =
     "prints the throughput.\n"
     "--device cuda runs the CUDA backend (greedy sampling on the GPU) when osprey was built with it.\n"
     "--weights converts the weights at load (fp8: 128x128 block-scaled E4M3; bf16: BF16 experts);\n"
-    "--kv-cache-dtype fp8 keeps an E4M3 KV cache (CPU and CUDA backends); --weights fp8/bf16 runs on the CPU\n"
-    "backend only for now (docs/fp8.md).\n";
+    "--kv-cache-dtype fp8 keeps an E4M3 KV cache; both options run on the CPU and CUDA backends (docs/fp8.md).\n";
 
 std::vector<int32_t> parse_ids(const std::string& text) {
     std::vector<int32_t> ids;
