@@ -14,7 +14,7 @@
 #                 tried only if the previous one succeeded; its checkpoint is deleted after its run
 #                 (64 GB disks: 20b takes 13 GB, 120b 61 GB).
 #   --model-dir   where the synthetic checkpoints are written (default /tmp/osprey-models)
-#   --quick       leave out test_moe_mlp's slowest cases (120b at 2048/8192 tokens and the 120b kernel variants
+#   --quick       leave out test_moe_mlp's and test_moe_matrix's slowest cases (120b at 2048/8192 tokens and the 120b kernel variants
 #                 other than the first: each checks ~35 s of CPU reference; the whole binary then takes > 5 min)
 #
 # Environment: OSPREY_BENCH_FORWARD_ARGS (extra bench_forward flags), OSPREY_KERNEL_BENCH_ARGS (extra
@@ -78,14 +78,14 @@ fi
 if [[ $skip_tests -eq 0 ]]; then
   if [[ -z "$bin" ]]; then
     if [[ $quick -eq 1 ]]; then
-      run ctest_gpu ctest --test-dir "$build" -L gpu -E 'MoeMlpTable.*120b_(8192|2048|.*_v)' --output-on-failure
+      run ctest_gpu ctest --test-dir "$build" -L gpu -E 'Moe(Mlp|Matrix)Table.*120b_(8192|2048|.*_v)' --output-on-failure
     else
       run ctest_gpu ctest --test-dir "$build" -L gpu --output-on-failure
     fi
   else
     for t in "$bin"/test_*; do
       [[ -x "$t" ]] || continue
-      if [[ $quick -eq 1 && "$(basename "$t")" == test_moe_mlp ]]; then
+      if [[ $quick -eq 1 && ( "$(basename "$t")" == test_moe_mlp || "$(basename "$t")" == test_moe_matrix ) ]]; then
         run "$(basename "$t")" "$t" --gtest_filter='-*120b_8192*:*120b_2048*:*120b_*_v*'
       else
         run "$(basename "$t")" "$t"
