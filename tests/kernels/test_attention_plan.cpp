@@ -18,8 +18,9 @@ int first_key_of(const AttnSlice& s, int pos, int window) {
 }
 
 void check_plan(const std::vector<AttnSlice>& slices, int window, int target, bool fixed,
-                AttnPrefillKernel prefill = AttnPrefillKernel::mma_sync, int variant = 0) {
-    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed, prefill, variant);
+                AttnPrefillKernel prefill = AttnPrefillKernel::mma_sync, int variant = 0,
+                int min_keys = kMinKeysPerSplit) {
+    const AttnPlan plan = plan_attention(slices, window, 8, target, fixed, prefill, variant, min_keys);
     EXPECT_EQ(plan.prefill_kernel, prefill);
     EXPECT_EQ(plan.wgmma_variant, variant);
     const int item_tokens = prefill == AttnPrefillKernel::wgmma ? wgmma_prefill_tokens(variant) : kPrefillTokens;
@@ -141,6 +142,38 @@ TEST(attention_plan, long_decode_splits_fill_the_target) {
     const AttnPlan plan = plan_attention(std::vector<AttnSlice>{{0, 1, 100000, 0, 0, 0}}, 0, 8, 264, false);
     EXPECT_EQ(plan.decode.size(), 33u);  // 264 CTAs / 8 KV heads
     EXPECT_EQ(plan.merges.size(), 1u);
+}
+
+TEST(attention_plan, longer_splits_with_more_keys_per_split) {
+    // Without fixed splits every split but a token's last takes at least min_keys keys; with them (graphs)
+    // every token gets the longest context's count, a power of two.
+    for (const int min_keys : {128, 256, 512})
+        for (const bool fixed : {false, true}) {
+            const std::vector<AttnSlice> slices = {{0, 1, 1023, 0, 0, 0}, {1, 1, 200, 0, 1, 0}, {2, 1, 5000, 0, 2, 0}};
+            check_plan(slices, 0, 264, fixed, AttnPrefillKernel::mma_sync, 0, min_keys);
+            check_plan(slices, 128, 264, fixed, AttnPrefillKernel::mma_sync, 0, min_keys);
+            const AttnPlan plan = plan_attention(slices, 0, 8, 264, fixed, AttnPrefillKernel::mma_sync, 0, min_keys);
+            int pow2 = 1;
+            while (pow2 < (5001 + min_keys - 1) / min_keys) pow2 *= 2;
+            for (const AttnSlice& s : slices) {
+                int n = 0, short_ones = 0;
+                for (const AttnItem& it : plan.decode) {
+                    if (it.q_token != s.first_token) continue;
+                    ++n;
+                    short_ones += it.key_end < s.start_pos + 1 && it.key_end - it.key_begin < min_keys;
+                }
+                const int keys = s.start_pos + 1;
+                if (fixed) {
+                    EXPECT_EQ(n, std::min(264 / (3 * 8), pow2)) << "min_keys " << min_keys;
+                } else {
+                    EXPECT_EQ(short_ones, 0) << "min_keys " << min_keys;
+                    EXPECT_LE(n, std::min(264 / (3 * 8), (keys + min_keys - 1) / min_keys)) << "min_keys " << min_keys;
+                }
+            }
+        }
+    EXPECT_THROW(plan_attention(std::vector<AttnSlice>{{0, 1, 5, 0, 0, 0}}, 0, 8, 264, false,
+                                AttnPrefillKernel::mma_sync, 0, 100),
+                 Error);
 }
 
 TEST(attention_plan, rejects_bad_slices) {

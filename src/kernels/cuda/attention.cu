@@ -54,8 +54,23 @@ int attention_wgmma_variant_default() {
     return v;
 }
 
+int attention_min_keys_per_split() {
+    static const int v = [] {
+        const char* s = std::getenv("OSPREY_ATTN_MIN_KEYS");
+        if (!s || !*s) return kMinKeysPerSplit;
+        const int n = std::atoi(s);
+        OSPREY_CHECK(n > 0 && n % kAttnKeyTile == 0 && std::string_view(s) == std::to_string(n), "OSPREY_ATTN_MIN_KEYS=",
+                     s, ": expected a positive multiple of ", kAttnKeyTile);
+        return n;
+    }();
+    return v;
+}
+
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
-                        bool fixed_splits, AttnPrefillKernel prefill, int wgmma_variant) {
+                        bool fixed_splits, AttnPrefillKernel prefill, int wgmma_variant, int min_keys_per_split) {
+    OSPREY_CHECK(min_keys_per_split > 0 && min_keys_per_split % kAttnKeyTile == 0,
+                 "plan_attention: min_keys_per_split ", min_keys_per_split, " is not a positive multiple of ",
+                 kAttnKeyTile);
     OSPREY_CHECK(window >= 0 && n_kv_heads > 0, "plan_attention: window ", window, ", n_kv_heads ", n_kv_heads);
     OSPREY_CHECK(wgmma_variant >= 0 && wgmma_variant < kAttnWgmmaVariantCount, "plan_attention: wgmma variant ",
                  wgmma_variant);
@@ -71,14 +86,14 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
                      s.first_key, ")");
         n_decode_tokens += s.n_tokens == 1;
     }
-    // Splits per decode token: enough to fill target_ctas, never below kMinKeysPerSplit keys each.
+    // Splits per decode token: enough to fill target_ctas, never below min_keys_per_split keys each.
     int want_splits = std::max(1, target_ctas / std::max(1, n_decode_tokens * n_kv_heads));
     if (fixed_splits) {
         int needed = 1;  // splits the longest decode context can use
         for (const AttnSlice& s : slices) {
             if (s.n_tokens != 1) continue;
             const int lo = std::max(s.first_key, window ? s.start_pos - window + 1 : 0);
-            needed = std::max(needed, (s.start_pos + 1 - lo + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+            needed = std::max(needed, (s.start_pos + 1 - lo + min_keys_per_split - 1) / min_keys_per_split);
         }
         int pow2 = 1;
         while (pow2 < needed) pow2 *= 2;
@@ -94,7 +109,7 @@ AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_
             const int p = s.start_pos;
             const int lo = std::max(s.first_key, window ? p - window + 1 : 0);
             const int n_keys = p + 1 - lo;
-            const int max_splits = (n_keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
+            const int max_splits = (n_keys + min_keys_per_split - 1) / min_keys_per_split;
             const int n_splits = fixed_splits ? want_splits : std::clamp(want_splits, 1, max_splits);
             // Splits of whole key tiles, so that no tile is read by two splits.
             const int raw_per_split = (n_keys + n_splits - 1) / n_splits;

@@ -144,9 +144,14 @@ struct AttnPlan {
 // two and the step can be replayed from a CUDA graph keyed by those sizes. prefill: the kernel the
 // prefill items are cut for (AttnDevicePlan::prefill_kernel must say the same); wgmma_variant: which
 // configuration of the wgmma kernel (its item size; AttnDevicePlan::wgmma_variant must say the same).
+// The fewest keys a decode split takes: OSPREY_ATTN_MIN_KEYS (a positive multiple of kAttnKeyTile) if set,
+// else kMinKeysPerSplit. Fewer, longer splits mean fewer partials to merge and fewer CTAs (A/B knob).
+int attention_min_keys_per_split();
+
 AttnPlan plan_attention(std::span<const AttnSlice> slices, int window, int n_kv_heads, int target_ctas,
                         bool fixed_splits = false, AttnPrefillKernel prefill = attention_prefill_kernel_default(),
-                        int wgmma_variant = attention_wgmma_variant_default());
+                        int wgmma_variant = attention_wgmma_variant_default(),
+                        int min_keys_per_split = attention_min_keys_per_split());
 
 // The plan's arrays in device memory (uploaded by the caller).
 struct AttnDevicePlan {
