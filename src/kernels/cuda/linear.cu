@@ -6,9 +6,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -98,7 +96,6 @@ struct GemvParams {
     const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
     const float* acc_moe_w;
     Fp8Weight w8;             // kFp8: the weight's codes [N, K] and multipliers (linear.h)
-    bool contiguous;          // row blocks: a contiguous range per CTA (balanced); else grid-stride
 };
 
 // Row stride of the staged x. BF16: K rounded up to 64 elements plus 32, so that rows g and g + 1 of
@@ -159,16 +156,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     const int per_round = kGemvWarps * kUnits;  // units a CTA covers per round
     const int n_rounds = (n_units + per_round - 1) / per_round;
     const int n_blocks = (N + kRows - 1) / kRows;
-    // Row blocks: strided, blockIdx.x, + gridDim.x, ...; contiguous, the CTA's share of the blocks in
-    // order (counts differ by at most one: every SM streams about the same bytes whatever N is). Every
-    // warp runs the same number of steps (rounds of every block), so the __syncthreads below are
-    // reached uniformly.
-    const int first_block = p.contiguous ? int(int64_t(blockIdx.x) * n_blocks / int64_t(gridDim.x)) : int(blockIdx.x);
-    const int my_blocks =
-        p.contiguous ? int(int64_t(blockIdx.x + 1) * n_blocks / int64_t(gridDim.x)) - first_block
-        : int(blockIdx.x) < n_blocks ? (n_blocks - 1 - int(blockIdx.x)) / int(gridDim.x) + 1
-                                     : 0;
-    const int block_stride = p.contiguous ? 1 : int(gridDim.x);
+    // Row blocks blockIdx.x, + gridDim.x, ...; every warp runs the same number of steps (rounds of
+    // every block), so the __syncthreads below are reached uniformly.
+    const int my_blocks = int(blockIdx.x) < n_blocks ? (n_blocks - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
     const int n_steps = my_blocks * n_rounds;
     if (n_steps == 0) {
         pdl_enter();  // launch.cuh: every block waits before it exits
@@ -178,7 +168,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
     // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
     auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
-        const int block = first_block + step / n_rounds * block_stride;
+        const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
         const int round = step % n_rounds;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -254,7 +244,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         if constexpr (kFp8) {
             // The multipliers of this lane's accumulator rows (8r + 2q + i) for the step's blocks: read
             // before the mmas, used after them; 0 past N or the last block (those partials are 0 too).
-            const int block = first_block + step / n_rounds * block_stride;
+            const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
             float sc[kBlocks][kTiles][2];
 #pragma unroll
             for (int b = 0; b < kBlocks; ++b) {
@@ -328,7 +318,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
             __syncthreads();
             if (threadIdx.x < kTiles * 64) {
                 const int r = threadIdx.x / 64, t = threadIdx.x / 8 % 8, j = threadIdx.x % 8;
-                const int block = first_block + step / n_rounds * block_stride;
+                const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
                 const int row = block * kRows + 8 * r + j;
                 if (t < p.n_tokens && row < N) {
                     float v = 0.f;
@@ -395,26 +385,9 @@ bool gemv_fits(int n_tokens, int n_in) {
     return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
 }
 
-GemvSchedule gemv_schedule_auto() {
-    static const GemvSchedule v = [] {
-        const char* e = std::getenv("OSPREY_GEMV_SCHEDULE");
-        if (!e || !*e) return kGemvScheduleDefault;
-        const std::string_view s(e);
-        OSPREY_CHECK(s == "strided" || s == "balanced1" || s == "balanced2", "OSPREY_GEMV_SCHEDULE=", e,
-                     ": expected strided, balanced1 or balanced2");
-        return s == "strided" ? GemvSchedule::strided
-               : s == "balanced1" ? GemvSchedule::balanced1
-                                  : GemvSchedule::balanced2;
-    }();
-    return v;
-}
-
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     const bool fp8 = a.w8.codes != nullptr;
-    const GemvSchedule schedule =
-        a.gemv_schedule == GemvSchedule::automatic ? gemv_schedule_auto() : a.gemv_schedule;
-    const bool balanced = schedule != GemvSchedule::strided;
-    const int rows = a.gemv_rows ? a.gemv_rows : balanced ? 8 : gemv_rows_auto(a.n_out);
+    const int rows = a.gemv_rows ? a.gemv_rows : gemv_rows_auto(a.n_out);
     OSPREY_CHECK(rows == 8 || rows == 16 || rows == 32, "linear: GEMV rows per CTA must be 8, 16 or 32, got ",
                  a.gemv_rows);
     const int tiles = rows / 8;
@@ -433,11 +406,9 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .norm = a.norm,
                        .acc_moe_y = a.acc_moe_y,
                        .acc_moe_w = a.acc_moe_w,
-                       .w8 = a.w8,
-                       .contiguous = balanced};
+                       .w8 = a.w8};
     const int n_blocks = (a.n_out + rows - 1) / rows;
-    const int ctas_per_sm = schedule == GemvSchedule::balanced1 ? 1 : kGemvCtasPerSm;
-    const int grid = std::min(n_blocks, ctas_per_sm * sm_count());
+    const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
             dispatch_bool(a.norm.res != nullptr, [&]<bool kNorm>() {

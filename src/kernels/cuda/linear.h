@@ -40,13 +40,6 @@ namespace osprey::cuda {
 // harness) against 289 us cuBLASLt and 297 us tensor-core GEMV (case-table harness, 2026-12-01). Its
 // cost grows with T, so automatic uses it only at T = 1 and N >= kGemvWideMinOut.
 enum class LinearPath { automatic, blas, gemv, gemv_wide };
-// How the GEMV spreads its row blocks over the CTAs. strided: at most 2 CTAs per SM, CTA i takes row
-// blocks i, i + grid, ... (qkv 5120 rows in 160 blocks of 32 on 132 SMs: 28 SMs stream twice the bytes
-// of the others). balanced1 / balanced2: at most 1 / 2 CTAs per SM, each a contiguous run of row blocks
-// whose length differs by at most one between CTAs, 8 rows per block unless gemv_rows says otherwise.
-// automatic: OSPREY_GEMV_SCHEDULE (strided | balanced1 | balanced2) if set, else kGemvScheduleDefault.
-enum class GemvSchedule { automatic, strided, balanced1, balanced2 };
-inline constexpr GemvSchedule kGemvScheduleDefault = GemvSchedule::strided;  // until the H200 A/B
 inline constexpr int kGemvMaxTokens = 8;   // the GEMV kernels take up to this many tokens
 inline constexpr int kGemvWideMinOut = 65536;  // automatic: gemv_wide for T = 1 from this many outputs
 inline constexpr int kGemvAutoTokens = 8;  // automatic picks it up to this many: with the weight read once
@@ -95,7 +88,6 @@ struct LinearArgs {
     bool accumulate = false;      // y = x·Wᵀ + b + y (fuses a residual add; f32 outputs only)
     LinearPath path = LinearPath::automatic;
     int gemv_rows = 0;            // GEMV rows per CTA: 8, 16 or 32 (0: chosen from N; bench_linear sweeps it)
-    GemvSchedule gemv_schedule = GemvSchedule::automatic;  // GEMV row blocks over CTAs (bench_linear sweeps it)
     GemvNorm norm{};              // GEMV path only: x = this norm of the residual (x must then be null)
     // GEMV path, accumulate only: y = (y + Σ_k acc_moe_w[t,k]·acc_moe_y[t,k,:]) + x·Wᵀ + b, the MoE
     // residual add of the previous block fused (the sum in rmsnorm's order); N = d of the slots.

@@ -45,7 +45,6 @@ struct Case {
     int ldx = 0, ldy = 0;     // row strides (0: dense)
     cuda::LinearPath path = cuda::LinearPath::automatic;
     int gemv_rows = 0;  // GEMV rows per CTA (0: the kernel's choice from N)
-    cuda::GemvSchedule schedule = cuda::GemvSchedule::automatic;  // GEMV row blocks over CTAs
     // The GEMV's fused decode parts (linear.h): x = rmsnorm(residual [+ MoE slots]) in the prologue
     // (norm, norm_moe), and y += the MoE slots before the accumulation (acc_moe).
     bool norm = false, norm_moe = false, acc_moe = false;
@@ -152,8 +151,7 @@ inline Result run(const Case& c, Mode mode) {
     cuda::Blas blas;
     cuda::LinearArgs a{.y = y, .x = d_x.get(), .w = c.fp8 ? nullptr : d_w.get(), .bias = bias, .n_tokens = c.t,
                        .n_out = c.n, .n_in = c.k, .ldx = c.ldx, .ldy = c.ldy, .y_f32 = c.f32,
-                       .accumulate = c.accumulate, .path = c.path, .gemv_rows = c.gemv_rows,
-                       .gemv_schedule = c.schedule};
+                       .accumulate = c.accumulate, .path = c.path, .gemv_rows = c.gemv_rows};
     if (c.fp8) a.w8 = {.codes = d_codes.get(), .scale = d_scale.get(), .block_rows = c.block_rows};
     NormInputs ni = c.norm ? norm_inputs(c, r.seed) : NormInputs{};  // (perf cases up to 8192 x 2880 need none)
     if (c.norm) {
@@ -471,50 +469,6 @@ inline std::vector<Case> cases() {
                 c.label = str("linear ", s.name, " T=", tokens, " gemv rows=", rows);
                 t.push_back(c);
             }
-    // Row blocks in contiguous balanced runs (linear.h GemvSchedule), 1 or 2 CTAs per SM: checked at the
-    // real decode shapes (plain, norm prologue, MoE residual add, FP8) and odd N, timed against the
-    // strided lines above.
-    using cuda::GemvSchedule;
-    for (const GemvSchedule sc : {GemvSchedule::balanced1, GemvSchedule::balanced2}) {
-        const char* sn = sc == GemvSchedule::balanced1 ? "balanced1" : "balanced2";
-        auto bal = [&](const std::string& name, Case c) {
-            c.schedule = sc;
-            c.path = LinearPath::gemv;
-            c.name = str(name, "_", sn);
-            c.label = str("linear ", c.name);
-            c.use = Use::check_only;
-            t.push_back(c);
-        };
-        bal("qkv_t1", {.t = 1, .n = 5120, .k = 2880});
-        bal("qkv_t8_rows32", {.t = 8, .n = 5120, .k = 2880, .gemv_rows = 32});
-        bal("norm_prologue_moe_qkv_t2", {.t = 2, .n = 5120, .k = 2880, .norm = true, .norm_moe = true});
-        bal("acc_moe_out_proj_t1", {.t = 1, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .acc_moe = true});
-        bal("out_proj_t5_rows16", {.t = 5, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .gemv_rows = 16});
-        bal("router120b_t3", {.t = 3, .n = 128, .k = 2880, .f32 = true});
-        bal("odd_rows", {.t = 4, .n = 1061, .k = 72});
-        bal("fp8_qkv_t1", {.t = 1, .n = 5120, .k = 2880, .fp8 = true});
-        bal("fp8_acc_moe_out_proj_t8",
-            {.t = 8, .n = 2880, .k = 4096, .f32 = true, .accumulate = true, .acc_moe = true, .fp8 = true});
-        for (const Shape& s : shapes) {
-            if (s.n == 201088) continue;  // gemv_wide's at T = 1
-            for (int tokens : {1, 8})
-                for (int rows : {8, 16}) {
-                    Case c{.use = Use::perf_only, .t = tokens, .n = s.n, .k = s.k, .bias = s.bias, .f32 = s.f32,
-                           .accumulate = s.acc, .path = LinearPath::gemv, .gemv_rows = rows, .schedule = sc};
-                    c.label = str("linear ", s.name, " T=", tokens, " gemv ", sn, " rows=", rows);
-                    t.push_back(c);
-                }
-        }
-        for (int tokens : {1, 8}) {
-            Case q{.use = Use::perf_only, .t = tokens, .n = 5120, .k = 2880, .path = LinearPath::gemv, .schedule = sc,
-                   .fp8 = true};
-            q.label = str("linear qkv T=", tokens, " fp8 gemv ", sn);
-            Case o{.use = Use::perf_only, .t = tokens, .n = 2880, .k = 4096, .f32 = true, .accumulate = true,
-                   .path = LinearPath::gemv, .schedule = sc, .fp8 = true};
-            o.label = str("linear out+resid T=", tokens, " fp8 gemv ", sn);
-            t.insert(t.end(), {q, o});
-        }
-    }
     return t;
 }
 
