@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 
+#include "cp_async_queue.h"
 #include "moe_decode_emulation.h"
 
 namespace osprey::cuda {
@@ -35,49 +36,20 @@ inline size_t g_smem_window_bytes = 0;
     std::abort();
 }
 
-// ---- cp.async (mma.cuh) ----
-struct PendingCopy {
-    void* dst;
-    const void* src;
-    bool valid;
-    int bytes = 16;
-};
-inline thread_local std::deque<std::vector<PendingCopy>> t_cp_groups;  // committed groups, oldest first
-inline thread_local std::vector<PendingCopy> t_cp_open;                // not yet committed
-
+// ---- cp.async (mma.cuh): cp_async_queue.h ----
 inline void cp_async16(void* smem, const void* gmem, bool valid = true) {
     const auto* p = static_cast<uint8_t*>(smem);
     if (p < g_smem_window || p + 16 > g_smem_window + g_smem_window_bytes || (p - g_smem_window) % 16)
         emu_fail("cp.async destination outside shared memory or misaligned");
     if (valid && reinterpret_cast<uintptr_t>(gmem) % 16) emu_fail("cp.async source misaligned");
-    t_cp_open.push_back({smem, gmem, valid});
+    cp_async_enqueue(smem, gmem, valid, 16);
 }
 inline void cp_async4(void* smem, const void* gmem, bool valid = true) {
     const auto* p = static_cast<uint8_t*>(smem);
     if (p < g_smem_window || p + 4 > g_smem_window + g_smem_window_bytes || (p - g_smem_window) % 4)
         emu_fail("cp.async (4 bytes) destination outside shared memory or misaligned");
     if (valid && reinterpret_cast<uintptr_t>(gmem) % 4) emu_fail("cp.async (4 bytes) source misaligned");
-    t_cp_open.push_back({smem, gmem, valid, 4});
-}
-inline void cp_async_commit() {
-    t_cp_groups.push_back(std::move(t_cp_open));
-    t_cp_open.clear();
-}
-template <int kPending>
-inline void cp_async_wait() {
-    while (int(t_cp_groups.size()) > kPending) {
-        for (const PendingCopy& c : t_cp_groups.front()) {
-            if (c.valid)
-                std::memcpy(c.dst, c.src, size_t(c.bytes));
-            else
-                std::memset(c.dst, 0, size_t(c.bytes));
-        }
-        t_cp_groups.pop_front();
-    }
-}
-inline void cp_async_wait_all() {
-    cp_async_commit();
-    cp_async_wait<0>();
+    cp_async_enqueue(smem, gmem, valid, 4);
 }
 
 inline uint32_t pack_bf16(float lo, float hi) {
