@@ -17,7 +17,6 @@ mkdir -p "$out"
 src="$root/src/kernels/cuda/linear.cu"
 {
   echo '#include "cuda_emulation.h"'
-  echo '#include "cp_async_queue.h"'
   echo '#include "core/bf16.h"'
   cat <<'CPP'
 #include <memory>
@@ -40,18 +39,6 @@ namespace osprey::cuda {
 inline constexpr int kWarpSize = 32;
 using std::min;
 inline void pdl_enter() {}
-// cp.async into the ring (cp_async_queue.h lands a group at cp.async.wait_group): the shared
-// destination must lie in this block's dynamic shared memory, 16-byte aligned, and so must a source read.
-inline thread_local size_t g_dyn_smem_bytes = 0;
-inline void cp_async16(void* smem, const void* gmem, bool valid = true) {
-    const auto* d = static_cast<unsigned char*>(smem);
-    if (d < g_dyn_smem || d + 16 > g_dyn_smem + g_dyn_smem_bytes || (reinterpret_cast<uintptr_t>(d) % 16) ||
-        (valid && reinterpret_cast<uintptr_t>(gmem) % 16)) {
-        std::fprintf(stderr, "emulation: cp.async outside the ring or misaligned (thread %u)\n", threadIdx.x);
-        std::abort();
-    }
-    cp_async_enqueue(smem, gmem, valid, 16);
-}
 inline float __ldcg(const float* p) { return *p; }
 struct __nv_bfloat162 { bf16 x, y; };
 struct GemvNorm { const float *res, *moe_y, *moe_w, *gain; bf16* h; float eps; };
@@ -147,11 +134,8 @@ CPP
 // One block after the other, a std::thread per CUDA thread.
 inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
     gridDim.x = unsigned(grid);
-    const bool ring = p.ring_stages > 0;
     for (int b = 0; b < grid; ++b) {
-        // garbage: NaN if read unwritten; 16-byte aligned as the device's dynamic shared memory
-        std::vector<uint4> smem_store((smem_bytes + 15) / 16, uint4{0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu});
-        unsigned char* smem = reinterpret_cast<unsigned char*>(smem_store.data());
+        std::vector<unsigned char> smem(smem_bytes, 0xFF);  // garbage: NaN if read unwritten
         std::barrier<> block(kGemvThreads);
         std::vector<std::unique_ptr<std::barrier<>>> warps;
         for (int w = 0; w < kGemvWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
@@ -164,20 +148,12 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
-                g_dyn_smem = smem;
-                g_dyn_smem_bytes = smem_bytes;
-                auto run_ring = [&]<int kT, bool kF, bool kR>() {
-                    if (norm) {
-                        fp8 ? gemv_kernel<kT, kF, true, true, kR>(p) : gemv_kernel<kT, kF, true, false, kR>(p);
-                    } else {
-                        fp8 ? gemv_kernel<kT, kF, false, true, kR>(p) : gemv_kernel<kT, kF, false, false, kR>(p);
-                    }
-                };
+                g_dyn_smem = smem.data();
                 auto run = [&]<int kT, bool kF>() {
-                    ring ? run_ring.template operator()<kT, kF, true>() : run_ring.template operator()<kT, kF, false>();
-                    if (!cp_async_idle()) {
-                        std::fprintf(stderr, "emulation: thread %d exits with cp.async groups in flight\n", t);
-                        std::abort();
+                    if (norm) {
+                        fp8 ? gemv_kernel<kT, kF, true, true>(p) : gemv_kernel<kT, kF, true, false>(p);
+                    } else {
+                        fp8 ? gemv_kernel<kT, kF, false, true>(p) : gemv_kernel<kT, kF, false, false>(p);
                     }
                 };
                 if (tiles == 1) f32 ? run.operator()<1, true>() : run.operator()<1, false>();

@@ -62,11 +62,7 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
 // CTA = 8 warps on kRows = 8 kTiles rows; the warps split K (each takes kUnroll adjacent chunks per
 // round, i.e. 64 kUnroll contiguous bytes of each row) and keep kTiles x kUnroll = 8 16-byte loads per
 // lane in flight, double-buffered in registers across rounds and across row blocks: up to 8 KB per
-// warp. Where shared memory allows (kRing: x of few tokens; gemv_ring_stages), the pieces go through a
-// ring of 3 steps in shared memory instead (cp.async, 32 KB per step and CTA): two steps are in flight
-// before the PDL wait and the x staging / norm prologue, against one with registers, so the kernel's
-// fixed prologue overlaps twice the bytes; each thread reads back only its own pieces, so
-// cp.async.wait_group is the only synchronisation (OSPREY_GEMV_RING=0: registers only, for A/B). x is staged once per CTA into shared memory (bf16, rows padded so that the fragment loads
+// warp. x is staged once per CTA into shared memory (bf16, rows padded so that the fragment loads
 // are conflict-free) while the first weight loads are already in flight. Per row block the 8 warps'
 // partial tiles are summed through shared memory in a fixed order (deterministic), then bias,
 // residual and rounding. The grid is persistent (at most 2 CTAs per SM, grid-stride over row blocks)
@@ -100,7 +96,6 @@ struct GemvParams {
     const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
     const float* acc_moe_w;
     Fp8Weight w8;             // kFp8: the weight's codes [N, K] and multipliers (linear.h)
-    int ring_stages;          // kRing: steps of weight fragments in the shared-memory ring (3 or 4)
 };
 
 // Row stride of the staged x. BF16: K rounded up to 64 elements plus 32, so that rows g and g + 1 of
@@ -113,8 +108,6 @@ constexpr int gemv_xs_ld(int k, bool fp8 = false) {
 __host__ __device__ constexpr size_t gemv_red_bytes(int tiles) {
     return size_t(kGemvWarps) * tiles * 64 * sizeof(float);
 }
-// One step of every thread's weight fragments (kGemvLoads 16-byte pieces each): a stage of the ring.
-inline constexpr size_t kGemvRingStageBytes = size_t(kGemvLoads) * 16 * kGemvThreads;
 size_t gemv_smem_bytes(int tiles, int t, int k, bool fp8 = false) {
     return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k, fp8) * sizeof(bf16);
 }
@@ -144,7 +137,7 @@ __device__ __forceinline__ uint4 gemv_fp8_order(uint4 v) {
                       (v.z & 0xFFFFu) | (v.w << 16), (v.z >> 16) | (v.w & 0xFFFF0000u));
 }
 
-template <int kTiles, bool kF32, bool kNorm, bool kFp8, bool kRing>
+template <int kTiles, bool kF32, bool kNorm, bool kFp8>
 __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
     constexpr int kUnroll = kGemvLoads / kTiles;  // 16-byte loads per row per warp and round
     constexpr int kBlocks = kUnroll / 2;          // FP8: 128-input blocks per warp and round
@@ -154,8 +147,6 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     extern __shared__ __align__(16) unsigned char smem[];
     float* red = reinterpret_cast<float*>(smem);                        // [warps][kTiles][8 tokens][8 rows]
     bf16* xs = reinterpret_cast<bf16*>(smem + gemv_red_bytes(kTiles));  // [T][xs_ld]
-    // kRing: [ring_stages][kUnroll][kTiles][kGemvThreads] pieces after xs (16-byte multiples before it).
-    uint4* ring = reinterpret_cast<uint4*>(smem + gemv_red_bytes(kTiles) + size_t(p.n_tokens) * p.xs_ld * sizeof(bf16));
 
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
     const int g = lane / 4, q = lane % 4;  // fragment coordinates: weight row / token g, k group q
@@ -176,56 +167,28 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 
     // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
     // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
-    const void* w_base = kFp8 ? static_cast<const void*>(p.w8.codes) : static_cast<const void*>(p.w);
-    // Where piece (u, r) of a step comes from, or false past K or N.
-    auto piece = [&](int step, int u, int r, const void*& src) {
+    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
         const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
         const int round = step % n_rounds;
-        const int k = kFp8 ? ((round * kGemvWarps + warp) * kBlocks + u / 2) * kFp8Block + u % 2 * 64 + 16 * q
-                           : ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
-        const int row = block * kRows + 8 * r + g;
-        src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
-                   : static_cast<const void*>(p.w + size_t(row) * K + k);
-        return k < K && row < N;
-    };
-    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u) {
+            const int k = kFp8 ? ((round * kGemvWarps + warp) * kBlocks + u / 2) * kFp8Block + u % 2 * 64 + 16 * q
+                               : ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
 #pragma unroll
             for (int r = 0; r < kTiles; ++r) {
-                const void* src;
-                wv[u][r] = piece(step, u, r, src) ? __ldcs(reinterpret_cast<const uint4*>(src))  // streamed once
-                                                  : make_uint4(0, 0, 0, 0);
+                const int row = block * kRows + 8 * r + g;
+                const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
+                                       : static_cast<const void*>(p.w + size_t(row) * K + k);
+                wv[u][r] = k < K && row < N ? __ldcs(reinterpret_cast<const uint4*>(src))  // streamed once
+                                            : make_uint4(0, 0, 0, 0);
             }
-    };
-    // kRing: the step's pieces into its ring stage with cp.async (zero-filled past K or N), one commit
-    // group per step whether or not it exists, so that wait_group counts steps. A thread reads back
-    // only the pieces it copied (thread-contiguous: conflict-free), so wait_group is all it needs.
-    auto stage_of = [&](int step) { return ring + size_t(step % p.ring_stages) * kGemvLoads * kGemvThreads; };
-    auto issue_step = [&](int step) {
-        if (step < n_steps) {
-            uint4* stage = stage_of(step);
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-                for (int r = 0; r < kTiles; ++r) {
-                    const void* src;
-                    const bool ok = piece(step, u, r, src);
-                    cp_async16(stage + (u * kTiles + r) * kGemvThreads + threadIdx.x, ok ? src : w_base, ok);
-                }
         }
-        cp_async_commit();
     };
 
     uint4 cur[kUnroll][kTiles];
-    // The weights are constant, so their first loads go out before the wait, and stream while the
-    // previous kernel drains and while x is staged (or normed); x and y belong to the kernels before.
-    // Registers: one step; the ring: ring_stages - 1 steps (~64 KB per CTA).
-    if constexpr (kRing) {
-        for (int s = 0; s + 1 < p.ring_stages; ++s) issue_step(s);
-    } else {
-        load_step(0, cur);
-    }
+    load_step(0, cur);  // in flight while x is staged
+    // The weights are constant, so their first loads go out before the wait: when the previous kernel
+    // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
     pdl_enter();
 
     const int vecs_per_row = K / 8;
@@ -268,19 +231,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 
     for (int step = 0; step < n_steps; ++step) {
         uint4 next[kUnroll][kTiles];
-        if constexpr (kRing) {
-            issue_step(step + p.ring_stages - 1);  // into the stage the previous step emptied
-            if (p.ring_stages == 3) {
-                cp_async_wait<2>();  // this step's group is complete
-            } else {
-                cp_async_wait<3>();
-            }
-            const uint4* stage = stage_of(step);
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-                for (int r = 0; r < kTiles; ++r) cur[u][r] = stage[(u * kTiles + r) * kGemvThreads + threadIdx.x];
-        } else if (step + 1 < n_steps) {
+        if (step + 1 < n_steps) {
             load_step(step + 1, next);  // issued before this step's fragments are used
         } else {
 #pragma unroll
@@ -399,12 +350,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
             __syncthreads();  // red is rewritten by the next row block
         }
 
-        if constexpr (!kRing) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-                for (int r = 0; r < kTiles; ++r) cur[u][r] = next[u][r];
-        }
+            for (int r = 0; r < kTiles; ++r) cur[u][r] = next[u][r];
     }
 }
 
@@ -436,40 +385,13 @@ bool gemv_fits(int n_tokens, int n_in) {
     return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
 }
 
-// Shared memory per SM (228 KB on the H200).
-int smem_per_sm() {
-    static const int v = [] {
-        int device = 0, bytes = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-        return bytes;
-    }();
-    return v;
-}
-
-// Stages of the GEMV's weight ring (kRing) that fit beside x with 2 CTAs per SM: 3 or 4, or 0 (the
-// register double buffer) when fewer fit (x of 8 tokens at K >= 2880) or OSPREY_GEMV_RING=0.
-int gemv_ring_stages(int tiles, int n_tokens, int n_in, bool fp8) {
-    static const bool enabled = [] {
-        const char* v = std::getenv("OSPREY_GEMV_RING");
-        return !(v && std::string_view(v) == "0");
-    }();
-    if (!enabled) return 0;
-    // Per CTA: half the SM less the 1 KB the hardware reserves per block and the norm's static scratch.
-    const size_t budget = size_t(smem_per_sm()) / kGemvCtasPerSm - 1024 - 256;
-    const size_t base = gemv_smem_bytes(tiles, n_tokens, n_in, fp8);
-    const size_t stages = base < budget ? (budget - base) / kGemvRingStageBytes : 0;
-    return stages >= 3 ? int(std::min<size_t>(stages, 4)) : 0;
-}
-
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     const bool fp8 = a.w8.codes != nullptr;
     const int rows = a.gemv_rows ? a.gemv_rows : gemv_rows_auto(a.n_out);
     OSPREY_CHECK(rows == 8 || rows == 16 || rows == 32, "linear: GEMV rows per CTA must be 8, 16 or 32, got ",
                  a.gemv_rows);
     const int tiles = rows / 8;
-    const int stages = gemv_ring_stages(tiles, a.n_tokens, a.n_in, fp8);
-    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8) + size_t(stages) * kGemvRingStageBytes;
+    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8);
     const GemvParams p{.y = a.y,
                        .x = a.x,
                        .w = a.w,
@@ -484,17 +406,14 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .norm = a.norm,
                        .acc_moe_y = a.acc_moe_y,
                        .acc_moe_w = a.acc_moe_w,
-                       .w8 = a.w8,
-                       .ring_stages = stages};
+                       .w8 = a.w8};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
             dispatch_bool(a.norm.res != nullptr, [&]<bool kNorm>() {
                 dispatch_bool(fp8, [&]<bool kFp8>() {
-                    dispatch_bool(stages > 0, [&]<bool kRing>() {
-                        cuda::launch(gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>, grid, kGemvThreads, smem, stream, p);
-                    });
+                    cuda::launch(gemv_kernel<kTiles, kF32, kNorm, kFp8>, grid, kGemvThreads, smem, stream, p);
                 });
             });
         });
@@ -644,14 +563,10 @@ __global__ void __launch_bounds__(kDequantThreads) fp8_dequant_rows_kernel(bf16*
 // K = 4096 is 66 KB). Done by Blas's constructor, before any graph capture (not a stream operation).
 template <int kTiles, bool kF32, bool kNorm, bool kFp8>
 void gemv_configure_one(int smem_limit) {
-    for (const bool ring : {false, true})
-        dispatch_bool(ring, [&]<bool kRing>() {
-            cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
-            CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>));
-            CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            smem_limit - int(attr.sharedSizeBytes)));
-        });
+    cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_kernel<kTiles, kF32, kNorm, kFp8>));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<kTiles, kF32, kNorm, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_limit - int(attr.sharedSizeBytes)));
 }
 
 void gemv_configure() {

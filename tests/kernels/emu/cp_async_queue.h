@@ -1,7 +1,7 @@
-// cp.async (mma.cuh) for the CPU emulations: copies are queued per thread and land only when a
-// cp.async.wait_group retires their group, so a kernel that reads a stage before waiting for it (or
-// waits for the wrong count) sees stale bytes. The emulations' cp_async16 / cp_async4 check their
-// own address rules and then call cp_async_enqueue.
+// cp.async (mma.cuh) for the CPU emulations (wgmma_emulation.h): copies are queued per thread and land
+// only when a cp.async.wait_group retires their group, so a kernel that reads a stage before waiting for
+// it (or waits for the wrong count) sees stale bytes. An emulation's cp_async16 / cp_async4 checks its
+// own address rules and then calls cp_async_enqueue.
 #pragma once
 
 #include <cstdint>
@@ -42,13 +42,6 @@ inline void cp_async_wait() {
 inline void cp_async_wait_all() {
     cp_async_commit();
     cp_async_wait<0>();
-}
-// Whether no copy is still in flight (empty groups may be: they move nothing). A thread that exits
-// with copies in flight is a kernel bug (they would land in shared memory the block no longer owns).
-inline bool cp_async_idle() {
-    for (const auto& g : t_cp_groups)
-        if (!g.empty()) return false;
-    return t_cp_open.empty();
 }
 
 }  // namespace osprey::cuda

@@ -55,10 +55,6 @@ struct Norm {
     bool on = false, moe = false;
 };
 
-// Weight fragments through the shared-memory ring (GemvParams::ring_stages: 3 or 4) or the registers (0);
-// the case loops below take each in turn.
-int g_ring_stages = 0;
-
 void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool bias, bool acc, int pad_x, int pad_y,
               std::mt19937& rng, Fp8 f8 = {}, Norm nm = {}, bool acc_moe = false) {
     std::uniform_real_distribution<float> u(-1.f, 1.f);
@@ -124,12 +120,10 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
                                 .eps = 1e-5f},
                        .acc_moe_y = acc_moe ? acc_y.data() : nullptr,
                        .acc_moe_w = acc_moe ? acc_w.data() : nullptr,
-                       .w8 = {.codes = f8.on ? codes.data() : nullptr, .scale = scale.data(), .block_rows = f8.block_rows},
-                       .ring_stages = g_ring_stages};
+                       .w8 = {.codes = f8.on ? codes.data() : nullptr, .scale = scale.data(), .block_rows = f8.block_rows}};
     const int n_blocks = (n + rows - 1) / rows;
     const int grid = std::min(n_blocks, grid_cap);
-    cuda::emu_launch(p, rows / 8, f32, nm.on, f8.on, grid,
-                     cuda::gemv_smem_bytes(rows / 8, t_count, k, f8.on) + size_t(g_ring_stages) * cuda::kGemvRingStageBytes);
+    cuda::emu_launch(p, rows / 8, f32, nm.on, f8.on, grid, cuda::gemv_smem_bytes(rows / 8, t_count, k, f8.on));
 
     ++total;
     int bad = 0;
@@ -181,9 +175,9 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
     if (bad) {
         ++fails;
         std::printf("FAIL %s N=%d K=%d T=%d rows=%d grid=%d f32=%d bias=%d acc=%d ldx+%d ldy+%d block_rows=%d "
-                    "norm=%d moe=%d acc_moe=%d ring=%d: %d bad\n",
+                    "norm=%d moe=%d acc_moe=%d: %d bad\n",
                     f8.on ? "fp8" : "bf16", n, k, t_count, rows, grid, f32, bias, acc, pad_x, pad_y, f8.block_rows,
-                    nm.on, nm.moe, acc_moe, g_ring_stages, bad);
+                    nm.on, nm.moe, acc_moe, bad);
     }
 }
 
@@ -273,16 +267,12 @@ int main(int argc, char** argv) {
                 const Epi& e = epis[c % 6];
                 const int grid_cap = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 1000;  // persistent loops and one wave
                 const int pad = c % 2;
-                g_ring_stages = (c / 2) % 3 == 0 ? 0 : 2 + (c / 2) % 3;  // 0, 3, 4
                 run_case(s.n, s.k, t, rows, grid_cap, e.f32, e.bias, e.acc, 24 * pad, 5 * pad, rng);
                 ++c;
             }
     // Every epilogue at every T on one shape with a 2-CTA grid.
     for (int t = 1; t <= 8; ++t)
-        for (const Epi& e : epis) {
-            g_ring_stages = t % 3 == 0 ? 0 : t % 3 == 1 ? 3 : 4;
-            run_case(45, 104, t, 16, 2, e.f32, e.bias, e.acc, 8, 3, rng);
-        }
+        for (const Epi& e : epis) run_case(45, 104, t, 16, 2, e.f32, e.bias, e.acc, 8, 3, rng);
 
     // FP8. K (multiples of 16): one piece, one partial block, one block, a block and a piece, 2880's
     // 22.5 blocks, and above one round (8 warps x 4 / 2 / 1 blocks for 8 / 16 / 32 rows per CTA: 4096,
@@ -297,7 +287,6 @@ int main(int argc, char** argv) {
                 const Epi& e = epis[c % 6];
                 const int grid_cap = c % 3 == 0 ? 1 : c % 3 == 1 ? 2 : 1000;
                 const int pad = c % 2;
-                g_ring_stages = (c / 2) % 3 == 0 ? 0 : 2 + (c / 2) % 3;
                 run_case(s.n, s.k, t, rows, grid_cap, e.f32, e.bias, e.acc, 24 * pad, 5 * pad, rng,
                          {.on = true, .block_rows = block_rows[c % 5]});
                 ++c;
@@ -305,7 +294,6 @@ int main(int argc, char** argv) {
     // Every T with a 2-CTA grid, the epilogues in turn.
     for (int t = 1; t <= 8; ++t) {
         const Epi& e = epis[t % 6];
-        g_ring_stages = t % 3 == 0 ? 0 : t % 3 == 1 ? 3 : 4;
         run_case(45, 208, t, 16, 2, e.f32, e.bias, e.acc, 8, 3, rng, {.on = true, .block_rows = t % 2 ? 128 : 16});
     }
 
@@ -314,7 +302,6 @@ int main(int argc, char** argv) {
     for (const bool fp8 : {false, true})
         for (const int t : {1, 2, 5, 8}) {
             const Fp8 f8{.on = fp8, .block_rows = t % 2 ? 128 : 64};
-            g_ring_stages = t <= 2 ? 3 : t == 5 ? 4 : 0;
             run_case(37, 272, t, 8 << (t % 3), t % 3 == 0 ? 1 : 1000, t % 2 == 0, true, false, 0, 0, rng, f8,
                      {.on = true, .moe = t != 1});
             run_case(29, 144, t, 16, t % 2 ? 2 : 1000, true, t % 2 == 1, true, 8, 0, rng, f8, {}, /*acc_moe=*/true);
