@@ -42,10 +42,117 @@ struct Layer {
         : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116) {}
 };
 
-struct Inputs {
+// Bytes of one expert's weights both projections read: MXFP4 blocks + scales + BF16 biases.
+double expert_bytes(int d_model, int d_ff) {
+    return 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff +  // mlp1 blocks + scales + bias
+           double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;  // mlp2
+}
+
+// kLayers layers of random experts (the same seeds for the decode and the mid rows).
+std::vector<std::unique_ptr<Layer>> make_layers(int n_experts, int d_model, int d_ff) {
+    std::vector<std::unique_ptr<Layer>> layers;
+    for (int l = 0; l < kLayers; ++l)
+        layers.push_back(std::make_unique<Layer>(n_experts, d_model, d_ff, 1000 + 17 * l));
+    return layers;
+}
+
+// One input set's hidden states and router logits, and how many distinct experts its tokens pick.
+struct InputSet {
     DeviceBuffer<bf16> h;
-    DeviceBuffer<float> logits, out;
+    DeviceBuffer<float> logits;
     int n_active = 0;
+};
+
+// Fills every set of `in` (InputSet or a type derived from it) with random h in [-2, 2) and logits in
+// [-4, 4) from rng; returns the distinct active experts (top-4 per token) averaged over the sets.
+template <typename Set>
+double random_input_sets(std::vector<Set>& in, std::mt19937& rng, int n_tokens, int n_experts, int d_model) {
+    double n_active = 0;
+    for (InputSet& b : in) {
+        std::uniform_real_distribution<float> uni(-4.0f, 4.0f), hx(-2.0f, 2.0f);
+        std::vector<bf16> h(size_t(n_tokens) * d_model);
+        std::vector<float> logits(size_t(n_tokens) * n_experts);
+        for (auto& v : h) v = float_to_bf16(hx(rng));
+        for (auto& v : logits) v = uni(rng);
+        b.h.resize(h.size()), b.h.upload(h);
+        b.logits.resize(logits.size()), b.logits.upload(logits);
+        std::set<int> active;  // top-4 per token (distinct random logits: no ties to break)
+        for (int t = 0; t < n_tokens; ++t) {
+            std::vector<int> order(n_experts);
+            for (int e = 0; e < n_experts; ++e) order[e] = e;
+            const float* r = logits.data() + size_t(t) * n_experts;
+            std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
+                              [&](int x, int y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
+            active.insert(order.begin(), order.begin() + kTopK);
+        }
+        b.n_active = int(active.size());
+        n_active += double(b.n_active) / kInputs;
+    }
+    return n_active;
+}
+
+struct Inputs : InputSet {
+    DeviceBuffer<float> out;
+};
+
+// MoeStep's buffers for T tokens (top-4 expert ids and weights, routed rows grouped by expert, u and
+// y by routed row) and its launches before moe_combine: route + group, then mlp1 + mlp2.
+struct Grouped {
+    int n_tokens = 0, n_experts = 0, d_model = 0, d_ff = 0;
+    DeviceBuffer<int32_t> ids, offsets, sorted, scratch;
+    DeviceBuffer<float> w, y;
+    DeviceBuffer<bf16> u;
+
+    void resize(int t, int e, int dm, int dff) {
+        n_tokens = t, n_experts = e, d_model = dm, d_ff = dff;
+        const int rows = t * kTopK;
+        w.resize(rows), y.resize(size_t(rows) * dm), u.resize(size_t(rows) * dff);
+        ids.resize(rows), offsets.resize(e + 1), sorted.resize(rows);
+        scratch.resize(std::max<size_t>(1, cuda::moe_group_scratch_elems(t, kTopK, e)));
+    }
+    void route_group(const float* logits, cudaStream_t s) {
+        cuda::moe_route_topk({.expert_ids = ids.get(),
+                              .expert_weights = w.get(),
+                              .logits = logits,
+                              .n_tokens = n_tokens,
+                              .n_experts = n_experts,
+                              .top_k = kTopK},
+                             s);
+        cuda::moe_group_by_expert({.expert_offsets = offsets.get(),
+                                   .sorted_rows = sorted.get(),
+                                   .scratch = scratch.get(),
+                                   .expert_ids = ids.get(),
+                                   .n_tokens = n_tokens,
+                                   .n_experts = n_experts,
+                                   .top_k = kTopK},
+                                  s);
+    }
+    void mlp(const bf16* h, const Layer& l, cuda::MoeKernel kernel, cudaStream_t s) {
+        cuda::moe_mlp1({.u = u.get(),
+                        .x = h,
+                        .w = l.mlp1.view(),
+                        .expert_offsets = offsets.get(),
+                        .sorted_rows = sorted.get(),
+                        .n_tokens = n_tokens,
+                        .n_experts = n_experts,
+                        .top_k = kTopK,
+                        .d_model = d_model,
+                        .d_ff = d_ff,
+                        .kernel = kernel},
+                       s);
+        cuda::moe_mlp2({.y = y.get(),
+                        .u = u.get(),
+                        .w = l.mlp2.view(),
+                        .expert_offsets = offsets.get(),
+                        .sorted_rows = sorted.get(),
+                        .n_tokens = n_tokens,
+                        .n_experts = n_experts,
+                        .top_k = kTopK,
+                        .d_model = d_model,
+                        .d_ff = d_ff,
+                        .kernel = kernel},
+                       s);
+    }
 };
 
 // Microseconds per fn call: kCalls calls captured in one graph, median over kReps replays.
@@ -78,41 +185,16 @@ void report(const char* what, double us, double bytes) {
 void run_shape(const char* name, int n_experts) {
     const int d_model = 2880, d_ff = 2880;
     std::printf("\n== gpt-oss-%s: %d experts, d_model %d, d_ff %d ==\n", name, n_experts, d_model, d_ff);
-    std::vector<std::unique_ptr<Layer>> layers;
-    for (int l = 0; l < kLayers; ++l)
-        layers.push_back(std::make_unique<Layer>(n_experts, d_model, d_ff, 1000 + 17 * l));
-    const double expert_bytes = 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff +  // mlp1 blocks + scales + bias
-                                double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;  // mlp2
+    const std::vector<std::unique_ptr<Layer>> layers = make_layers(n_experts, d_model, d_ff);
     DeviceBuffer<uint8_t> ws(cuda::moe_decode_workspace_bytes(n_experts, d_model, d_ff));
     ws.fill_bytes(0);
     std::mt19937 rng(42);
 
     for (int n_tokens : {1, 2, 4, 8}) {
-        const int rows = n_tokens * kTopK;
         std::vector<Inputs> in(kInputs);
-        double n_active = 0;
-        for (auto& b : in) {
-            std::uniform_real_distribution<float> uni(-4.0f, 4.0f), hx(-2.0f, 2.0f);
-            std::vector<bf16> h(size_t(n_tokens) * d_model);
-            std::vector<float> logits(size_t(n_tokens) * n_experts);
-            for (auto& v : h) v = float_to_bf16(hx(rng));
-            for (auto& v : logits) v = uni(rng);
-            b.h.resize(h.size()), b.h.upload(h);
-            b.logits.resize(logits.size()), b.logits.upload(logits);
-            b.out.resize(size_t(n_tokens) * d_model);
-            std::set<int> active;  // top-4 per token (distinct random logits: no ties to break)
-            for (int t = 0; t < n_tokens; ++t) {
-                std::vector<int> order(n_experts);
-                for (int e = 0; e < n_experts; ++e) order[e] = e;
-                const float* r = logits.data() + size_t(t) * n_experts;
-                std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
-                                  [&](int x, int y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
-                active.insert(order.begin(), order.begin() + kTopK);
-            }
-            b.n_active = int(active.size());
-            n_active += double(b.n_active) / kInputs;
-        }
-        const double bytes = n_active * expert_bytes;
+        const double n_active = random_input_sets(in, rng, n_tokens, n_experts, d_model);
+        for (auto& b : in) b.out.resize(size_t(n_tokens) * d_model);
+        const double bytes = n_active * expert_bytes(d_model, d_ff);
         std::printf("-- %d token%s, %.2f distinct experts on average (%.1f MB of weights per call)\n", n_tokens,
                     n_tokens > 1 ? "s" : "", n_active, bytes / 1e6);
 
@@ -133,54 +215,15 @@ void run_shape(const char* name, int n_experts) {
                               .pdl = pdl},
                              s);
         };
-        // The current path's buffers (MoeStep's workspace).
-        DeviceBuffer<int32_t> ids(rows), offsets(n_experts + 1), sorted(rows),
-            scratch(std::max<size_t>(1, cuda::moe_group_scratch_elems(n_tokens, kTopK, n_experts)));
-        DeviceBuffer<float> w(rows), y(size_t(rows) * d_model);
-        DeviceBuffer<bf16> u(size_t(rows) * d_ff);
+        Grouped g;  // the current path's buffers (MoeStep's workspace)
+        g.resize(n_tokens, n_experts, d_model, d_ff);
         auto step = [&](int i, cudaStream_t s) {
             Inputs& b = in[i % kInputs];
-            const Layer& l = *layers[i % kLayers];
-            cuda::moe_route_topk({.expert_ids = ids.get(),
-                                  .expert_weights = w.get(),
-                                  .logits = b.logits.get(),
-                                  .n_tokens = n_tokens,
-                                  .n_experts = n_experts,
-                                  .top_k = kTopK},
-                                 s);
-            cuda::moe_group_by_expert({.expert_offsets = offsets.get(),
-                                       .sorted_rows = sorted.get(),
-                                       .scratch = scratch.get(),
-                                       .expert_ids = ids.get(),
-                                       .n_tokens = n_tokens,
-                                       .n_experts = n_experts,
-                                       .top_k = kTopK},
-                                      s);
-            cuda::moe_mlp1({.u = u.get(),
-                            .x = b.h.get(),
-                            .w = l.mlp1.view(),
-                            .expert_offsets = offsets.get(),
-                            .sorted_rows = sorted.get(),
-                            .n_tokens = n_tokens,
-                            .n_experts = n_experts,
-                            .top_k = kTopK,
-                            .d_model = d_model,
-                            .d_ff = d_ff},
-                           s);
-            cuda::moe_mlp2({.y = y.get(),
-                            .u = u.get(),
-                            .w = l.mlp2.view(),
-                            .expert_offsets = offsets.get(),
-                            .sorted_rows = sorted.get(),
-                            .n_tokens = n_tokens,
-                            .n_experts = n_experts,
-                            .top_k = kTopK,
-                            .d_model = d_model,
-                            .d_ff = d_ff},
-                           s);
+            g.route_group(b.logits.get(), s);
+            g.mlp(b.h.get(), *layers[i % kLayers], cuda::MoeKernel::automatic, s);
             cuda::moe_combine({.out = b.out.get(),
-                               .y = y.get(),
-                               .expert_weights = w.get(),
+                               .y = g.y.get(),
+                               .expert_weights = g.w.get(),
                                .n_tokens = n_tokens,
                                .d_model = d_model,
                                .top_k = kTopK,
@@ -203,21 +246,14 @@ void run_shape(const char* name, int n_experts) {
 }
 
 // The mid-batch path at T = 16..128 (see the top of the file).
-struct MidInputs {
-    DeviceBuffer<bf16> h, u;
-    DeviceBuffer<float> logits, w, y;
-    DeviceBuffer<int32_t> ids, offsets, sorted, scratch;
-    int n_active = 0;
+struct MidInputs : InputSet {
+    Grouped g;
 };
 
 void run_mid_shape(const char* name, int n_experts) {
     const int d_model = 2880, d_ff = 2880;
     std::printf("\n== gpt-oss-%s mid batches: %d experts, d_model %d, d_ff %d ==\n", name, n_experts, d_model, d_ff);
-    std::vector<std::unique_ptr<Layer>> layers;
-    for (int l = 0; l < kLayers; ++l)
-        layers.push_back(std::make_unique<Layer>(n_experts, d_model, d_ff, 1000 + 17 * l));
-    const double expert_bytes = 2.0 * d_ff * (d_model / 32) * 17 + 2.0 * 2 * d_ff +  // mlp1 blocks + scales + bias
-                                double(d_model) * (d_ff / 32) * 17 + 2.0 * d_model;  // mlp2
+    const std::vector<std::unique_ptr<Layer>> layers = make_layers(n_experts, d_model, d_ff);
     constexpr int kMaxMid = 128;
     DeviceBuffer<uint8_t> ws(cuda::moe_mid_workspace_bytes(kMaxMid, d_model, d_ff));
     std::mt19937 rng(42);
@@ -225,61 +261,22 @@ void run_mid_shape(const char* name, int n_experts) {
     for (int n_tokens : {16, 32, 64, 128}) {
         const int rows = n_tokens * kTopK;
         std::vector<MidInputs> in(kInputs);
-        double n_active = 0;
-        for (auto& b : in) {
-            std::uniform_real_distribution<float> uni(-4.0f, 4.0f), hx(-2.0f, 2.0f);
-            std::vector<bf16> h(size_t(n_tokens) * d_model);
-            std::vector<float> logits(size_t(n_tokens) * n_experts);
-            for (auto& v : h) v = float_to_bf16(hx(rng));
-            for (auto& v : logits) v = uni(rng);
-            b.h.resize(h.size()), b.h.upload(h);
-            b.logits.resize(logits.size()), b.logits.upload(logits);
-            b.w.resize(rows), b.y.resize(size_t(rows) * d_model), b.u.resize(size_t(rows) * d_ff);
-            b.ids.resize(rows), b.offsets.resize(n_experts + 1), b.sorted.resize(rows);
-            b.scratch.resize(std::max<size_t>(1, cuda::moe_group_scratch_elems(n_tokens, kTopK, n_experts)));
-            std::set<int> active;
-            for (int t = 0; t < n_tokens; ++t) {
-                std::vector<int> order(n_experts);
-                for (int e = 0; e < n_experts; ++e) order[e] = e;
-                const float* r = logits.data() + size_t(t) * n_experts;
-                std::partial_sort(order.begin(), order.begin() + kTopK, order.end(),
-                                  [&](int x, int y) { return r[x] > r[y] || (r[x] == r[y] && x < y); });
-                active.insert(order.begin(), order.begin() + kTopK);
-            }
-            b.n_active = int(active.size());
-            n_active += double(b.n_active) / kInputs;
-        }
-        const double bytes = n_active * expert_bytes;
+        const double n_active = random_input_sets(in, rng, n_tokens, n_experts, d_model);
+        for (auto& b : in) b.g.resize(n_tokens, n_experts, d_model, d_ff);
+        const double bytes = n_active * expert_bytes(d_model, d_ff);
         std::printf("-- %d tokens, %.2f distinct experts on average, %.1f routed rows per active expert (%.1f MB of "
                     "weights per call)\n",
                     n_tokens, n_active, rows / n_active, bytes / 1e6);
 
-        auto route_group = [&](MidInputs& b, cudaStream_t s) {
-            cuda::moe_route_topk({.expert_ids = b.ids.get(),
-                                  .expert_weights = b.w.get(),
-                                  .logits = b.logits.get(),
-                                  .n_tokens = n_tokens,
-                                  .n_experts = n_experts,
-                                  .top_k = kTopK},
-                                 s);
-            cuda::moe_group_by_expert({.expert_offsets = b.offsets.get(),
-                                       .sorted_rows = b.sorted.get(),
-                                       .scratch = b.scratch.get(),
-                                       .expert_ids = b.ids.get(),
-                                       .n_tokens = n_tokens,
-                                       .n_experts = n_experts,
-                                       .top_k = kTopK},
-                                      s);
-        };
         auto mid = [&](int i, cudaStream_t s, bool pdl, int variant = -1) {
             MidInputs& b = in[i % kInputs];
             const Layer& l = *layers[i % kLayers];
-            cuda::moe_mid({.y = b.y.get(),
+            cuda::moe_mid({.y = b.g.y.get(),
                            .h = b.h.get(),
                            .mlp1 = l.mlp1.view(),
                            .mlp2 = l.mlp2.view(),
-                           .expert_offsets = b.offsets.get(),
-                           .sorted_rows = b.sorted.get(),
+                           .expert_offsets = b.g.offsets.get(),
+                           .sorted_rows = b.g.sorted.get(),
                            .workspace = ws.get(),
                            .max_tokens = kMaxMid,
                            .n_tokens = n_tokens,
@@ -293,34 +290,10 @@ void run_mid_shape(const char* name, int n_experts) {
         };
         auto grouped = [&](int i, cudaStream_t s, cuda::MoeKernel kernel) {
             MidInputs& b = in[i % kInputs];
-            const Layer& l = *layers[i % kLayers];
-            cuda::moe_mlp1({.u = b.u.get(),
-                            .x = b.h.get(),
-                            .w = l.mlp1.view(),
-                            .expert_offsets = b.offsets.get(),
-                            .sorted_rows = b.sorted.get(),
-                            .n_tokens = n_tokens,
-                            .n_experts = n_experts,
-                            .top_k = kTopK,
-                            .d_model = d_model,
-                            .d_ff = d_ff,
-                            .kernel = kernel},
-                           s);
-            cuda::moe_mlp2({.y = b.y.get(),
-                            .u = b.u.get(),
-                            .w = l.mlp2.view(),
-                            .expert_offsets = b.offsets.get(),
-                            .sorted_rows = b.sorted.get(),
-                            .n_tokens = n_tokens,
-                            .n_experts = n_experts,
-                            .top_k = kTopK,
-                            .d_model = d_model,
-                            .d_ff = d_ff,
-                            .kernel = kernel},
-                           s);
+            b.g.mlp(b.h.get(), *layers[i % kLayers], kernel, s);
         };
-        for (auto& b : in) route_group(b, nullptr);  // the grouping the timed calls reuse
-        mid(0, nullptr, true);                       // first call outside capture (one-time kernel attributes)
+        for (auto& b : in) b.g.route_group(b.logits.get(), nullptr);  // the grouping the timed calls reuse
+        mid(0, nullptr, true);  // first call outside capture (one-time kernel attributes)
         CUDA_CHECK(cudaDeviceSynchronize());
         char label[96];
         std::snprintf(label, sizeof label, "%s %d tok moe_mid (PDL)", name, n_tokens);
@@ -334,7 +307,8 @@ void run_mid_shape(const char* name, int n_experts) {
         }
         std::snprintf(label, sizeof label, "%s %d tok mid + route + group", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) {
-                   route_group(in[i % kInputs], s);
+                   MidInputs& b = in[i % kInputs];
+                   b.g.route_group(b.logits.get(), s);
                    mid(i, s, true);
                }),
                bytes);

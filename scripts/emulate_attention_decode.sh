@@ -21,12 +21,14 @@ k="$root/src/kernels/cuda"
 {
   echo '#include "attention_emulation.h"'
   echo '#include "kernels/cuda/kv_fp8.cuh"'
+  echo '#include "kernels/cuda/kv_cache_row.cuh"'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int k(AttnHeadDim|AttnGroup|AttnKeyTile|PrefillTokens|MinKeysPerSplit) " "$k/attention.h"
   sed -n '/^struct AttnItem {/,/^};/p' "$k/attention.h"
   sed -n '/^struct AttnMerge {/,/^};/p' "$k/attention.h"
   sed -n '/^struct KvFp8 {/,/^};/p' "$k/kv_fp8.h"
   sed -n '/^struct AttnArgs {/,/^};/p' "$k/attention.h"
+  sed -n '/^__device__ __forceinline__ size_t attention_cache_row(/,/^}/p' "$k/attention_kv.cuh"
   sed -n '/^__device__ inline void attention_kv_rows(/,/^}/p' "$k/attention_kv.cuh"
   sed -n '/^__device__ __forceinline__ void rope_pair(/,/^}/p' "$k/rope_pair.cuh"
   sed -n '/^__device__ inline void attention_kv_rows_fp8(/,/^}/p' "$k/attention_kv.cuh"
@@ -37,6 +39,7 @@ k="$root/src/kernels/cuda"
 sed -i 's/OSPREY_KV_FP8_HD //' "$out/attention_decode_emulated.h"
 [ "$(grep -c "unsigned char\* smem_raw = g_dyn_smem;" "$out/attention_decode_emulated.h")" = 2 ]
 grep -q "attention_decode_fp8_kernel" "$out/attention_decode_emulated.h"
+grep -q "size_t attention_cache_row(" "$out/attention_decode_emulated.h"
 grep -q "attention_kv_rows_fp8" "$out/attention_decode_emulated.h"
 grep -q "void rope_pair" "$out/attention_decode_emulated.h"
 g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -include memory -include barrier -include thread \

@@ -22,6 +22,7 @@ k="$root/src/kernels/cuda"
 {
   echo '#include "attention_emulation.h"'
   echo '#include "kernels/cuda/kv_fp8.cuh"'
+  echo '#include "kernels/cuda/kv_cache_row.cuh"'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int k(AttnHeadDim|AttnGroup|AttnKeyTile|PrefillTokens|WgmmaPrefillTokens) " "$k/attention.h"
   sed -n '/^struct AttnWgmmaVariant {/,/^};/p' "$k/attention.h"
@@ -31,6 +32,7 @@ k="$root/src/kernels/cuda"
   sed -n '/^struct AttnItem {/,/^};/p' "$k/attention.h"
   sed -n '/^struct KvFp8 {/,/^};/p' "$k/kv_fp8.h" | sed 's/OSPREY_KV_FP8_HD //'
   sed -n '/^struct AttnArgs {/,/^};/p' "$k/attention.h"
+  sed -n '/^__device__ __forceinline__ size_t attention_cache_row(/,/^}/p' "$k/attention_kv.cuh"
   sed -n '/^__device__ inline void attention_kv_rows(/,/^}/p' "$k/attention_kv.cuh"
   sed -n '/^__device__ inline void attention_kv_rows_fp8(/,/^}/p' "$k/attention_kv.cuh"
   echo 'namespace sm90 {'
@@ -44,6 +46,7 @@ k="$root/src/kernels/cuda"
 } > "$out/attention_wgmma_emulated.h"
 grep -q "uint8_t\* smem_raw = g_dyn_smem;" "$out/attention_wgmma_emulated.h"
 grep -q "attention_kv_rows" "$out/attention_wgmma_emulated.h"
+grep -q "size_t attention_cache_row(" "$out/attention_wgmma_emulated.h"
 grep -q "attention_kv_rows_fp8" "$out/attention_wgmma_emulated.h"
 grep -q "kAttnWgmmaVariants\[\] = {" "$out/attention_wgmma_emulated.h"
 grep -q "wgmma_prefill_tokens(int v)" "$out/attention_wgmma_emulated.h"

@@ -1,15 +1,19 @@
-// The MoE block's CPU reference with per-element error bounds, and the expert weights and routing
-// scenarios, shared by the tests of the fused MoE paths (test_moe_decode.cu: 1-8 tokens,
-// test_moe_mid.cu: 9-128 tokens). Test-only (GoogleTest assertions).
+// The MoE block's CPU reference with per-element error bounds, the expert weights and routing
+// scenarios, a case's inputs, the grouped GEMM path the fused paths are compared with, and the
+// CUDA-graph replay check, shared by the tests of the fused MoE paths (test_moe_decode.cu: 1-8
+// tokens, test_moe_mid.cu: 9-128 tokens). Test-only (GoogleTest assertions).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +21,8 @@
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
+#include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda_test_util.h"
 
 namespace osprey::test::moe_block {
@@ -234,6 +240,102 @@ inline void expect_within(const std::vector<float>& got, const std::vector<float
                        << ", want " << want[worst_i]
                        << ", |error| = " << std::fabs(double(got[worst_i]) - want[worst_i]) << " = " << worst
                        << " x the bound " << tol[worst_i];
+}
+
+// A case's name for SCOPED_TRACE: shape (and extreme scales), tokens, routing.
+inline std::string case_name(const Shape& s, int n_tokens, Routing routing, bool extreme) {
+    std::ostringstream name;
+    name << s.name << (extreme ? " (extreme scales)" : "") << ", " << n_tokens << " tokens, " << routing_name(routing)
+         << " routing";
+    return name.str();
+}
+
+// A case's inputs from a fresh seed: h [T, d_model] BF16 in [-2, 2), the routing's logits, and the
+// CPU reference with its bounds.
+struct Case {
+    const Experts& ex;
+    std::vector<bf16> h;
+    std::vector<float> logits;
+    Reference ref;
+};
+inline Case make_case(const Shape& s, int n_tokens, Routing routing, bool extreme) {
+    const Experts& ex = experts_for(s, extreme);
+    const uint32_t seed = fresh_seed();
+    std::vector<bf16> h = random_bf16(size_t(n_tokens) * s.d_model, seed + 1, -2.0f, 2.0f);
+    std::vector<float> logits = make_logits(s, n_tokens, routing, seed + 2);
+    Reference ref = reference(s, ex, h, logits, n_tokens);
+    return {ex, std::move(h), std::move(logits), std::move(ref)};
+}
+
+// The grouped GEMM kernels (moe_mlp1 / moe_mlp2, automatic tiling) need d_model and d_ff in multiples
+// of 64 (moe_mlp_mxfp4.h): the odd shape has none.
+inline bool grouped_gemm_fits(const Shape& s) { return s.d_model % 64 == 0 && s.d_ff % 64 == 0; }
+
+// The grouped GEMM path on a grouping already made (route and group: expert_offsets, sorted_rows, the
+// routing weights w): moe_mlp1, moe_mlp2, moe_combine (overwrite): out = Σ w · y, [T, d_model].
+inline std::vector<float> grouped_gemm_out(const Shape& s, const Experts& ex, const bf16* h,
+                                           const int32_t* expert_offsets, const int32_t* sorted_rows, const float* w,
+                                           int n_tokens) {
+    const int rows = n_tokens * kTopK;
+    cuda::DeviceBuffer<float> y(size_t(rows) * s.d_model);
+    cuda::DeviceBuffer<bf16> u(size_t(rows) * s.d_ff);
+    auto out = poisoned<float>(size_t(n_tokens) * s.d_model);
+    cuda::moe_mlp1({.u = u.get(),
+                    .x = h,
+                    .w = ex.mlp1.view(),
+                    .expert_offsets = expert_offsets,
+                    .sorted_rows = sorted_rows,
+                    .n_tokens = n_tokens,
+                    .n_experts = s.n_experts,
+                    .top_k = kTopK,
+                    .d_model = s.d_model,
+                    .d_ff = s.d_ff},
+                   nullptr);
+    cuda::moe_mlp2({.y = y.get(),
+                    .u = u.get(),
+                    .w = ex.mlp2.view(),
+                    .expert_offsets = expert_offsets,
+                    .sorted_rows = sorted_rows,
+                    .n_tokens = n_tokens,
+                    .n_experts = s.n_experts,
+                    .top_k = kTopK,
+                    .d_model = s.d_model,
+                    .d_ff = s.d_ff},
+                   nullptr);
+    cuda::moe_combine({.out = out.get(),
+                       .y = y.get(),
+                       .expert_weights = w,
+                       .n_tokens = n_tokens,
+                       .d_model = s.d_model,
+                       .top_k = kTopK,
+                       .mode = cuda::MoeCombineMode::overwrite},
+                      nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return out.download();
+}
+
+// Two paths each within out_tol of the reference are within twice that of each other.
+inline void expect_paths_agree(const std::vector<float>& got, const std::vector<float>& other,
+                               const std::vector<float>& out_tol, int d_model, const std::string& what) {
+    std::vector<float> tol2(out_tol);
+    for (float& v : tol2) v *= 2.0f;
+    expect_within(got, other, tol2, d_model, "token", what);
+}
+
+// launch captured once into a CUDA graph (as the forward does) and replayed 3 times over a poisoned
+// out: every replay gives the eager run's bits (eager.size() elements of out).
+inline void expect_graph_replays_match(const std::function<void(cudaStream_t)>& launch,
+                                       cuda::DeviceBuffer<float>& out, const std::vector<float>& eager) {
+    cuda::Stream stream;
+    cuda::Graph graph;
+    graph.capture(stream, [&] { launch(stream); });
+    for (int rep = 0; rep < 3; ++rep) {
+        out.fill_bytes(0xFF, stream);
+        graph.replay(stream);
+        stream.sync();
+        const std::vector<float> got = out.download(eager.size());
+        EXPECT_EQ(0, std::memcmp(got.data(), eager.data(), got.size() * sizeof(float))) << "replay " << rep;
+    }
 }
 
 }  // namespace osprey::test::moe_block

@@ -16,16 +16,13 @@
 #include <map>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <string>
 
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
-#include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
-#include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/moe_block_check.h"
@@ -83,14 +80,12 @@ struct DecodeRun {
     }
 };
 
-// The existing path (MoeStep's launches) on the same inputs: out = Σ w · y (overwrite).
+// The existing path (MoeStep's launches) on the same inputs: route, group, then the grouped GEMM path.
 std::vector<float> moe_step_path(const Shape& s, const Experts& ex, DecodeRun& r) {
     const int rows = r.n_tokens * kTopK;
     cuda::DeviceBuffer<int32_t> ids(rows), offsets(s.n_experts + 1), sorted(rows),
         scratch(std::max<size_t>(1, cuda::moe_group_scratch_elems(r.n_tokens, kTopK, s.n_experts)));
-    cuda::DeviceBuffer<float> w(rows), y(size_t(rows) * s.d_model);
-    cuda::DeviceBuffer<bf16> u(size_t(rows) * s.d_ff);
-    auto out = poisoned<float>(size_t(r.n_tokens) * s.d_model);
+    cuda::DeviceBuffer<float> w(rows);
     cuda::moe_route_topk({.expert_ids = ids.get(),
                           .expert_weights = w.get(),
                           .logits = r.logits.get(),
@@ -106,51 +101,14 @@ std::vector<float> moe_step_path(const Shape& s, const Experts& ex, DecodeRun& r
                                .n_experts = s.n_experts,
                                .top_k = kTopK},
                               nullptr);
-    cuda::moe_mlp1({.u = u.get(),
-                    .x = r.h.get(),
-                    .w = ex.mlp1.view(),
-                    .expert_offsets = offsets.get(),
-                    .sorted_rows = sorted.get(),
-                    .n_tokens = r.n_tokens,
-                    .n_experts = s.n_experts,
-                    .top_k = kTopK,
-                    .d_model = s.d_model,
-                    .d_ff = s.d_ff},
-                   nullptr);
-    cuda::moe_mlp2({.y = y.get(),
-                    .u = u.get(),
-                    .w = ex.mlp2.view(),
-                    .expert_offsets = offsets.get(),
-                    .sorted_rows = sorted.get(),
-                    .n_tokens = r.n_tokens,
-                    .n_experts = s.n_experts,
-                    .top_k = kTopK,
-                    .d_model = s.d_model,
-                    .d_ff = s.d_ff},
-                   nullptr);
-    cuda::moe_combine({.out = out.get(),
-                       .y = y.get(),
-                       .expert_weights = w.get(),
-                       .n_tokens = r.n_tokens,
-                       .d_model = s.d_model,
-                       .top_k = kTopK,
-                       .mode = cuda::MoeCombineMode::overwrite},
-                      nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    return out.download();
+    return grouped_gemm_out(s, ex, r.h.get(), offsets.get(), sorted.get(), w.get(), r.n_tokens);
 }
 
 void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = false) {
-    std::ostringstream name;
-    name << s.name << (extreme ? " (extreme scales)" : "") << ", " << n_tokens << " tokens, " << routing_name(routing)
-         << " routing";
-    SCOPED_TRACE(name.str());
-    const Experts& ex = experts_for(s, extreme);
-    const uint32_t seed = fresh_seed();
-    const std::vector<bf16> h = random_bf16(size_t(n_tokens) * s.d_model, seed + 1, -2.0f, 2.0f);
-    const std::vector<float> logits = make_logits(s, n_tokens, routing, seed + 2);
-    const Reference ref = reference(s, ex, h, logits, n_tokens);
-    DecodeRun r(s, ex, h, logits, n_tokens);
+    SCOPED_TRACE(case_name(s, n_tokens, routing, extreme));
+    const Case c = make_case(s, n_tokens, routing, extreme);
+    const Reference& ref = c.ref;
+    DecodeRun r(s, c.ex, c.h, c.logits, n_tokens);
 
     std::vector<bf16> u_dev;
     const std::vector<float> out = r.run(true, &u_dev);
@@ -170,12 +128,9 @@ void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = 
     EXPECT_EQ(0, std::memcmp(no_pdl.data(), out.data(), out.size() * sizeof(float))) << "run without PDL differs";
 
     // The existing MoE step: each path is within ref.out_tol of the reference, so within 2x of each other.
-    // Its kernels need d_model and d_ff in multiples of 64 (moe_mlp_mxfp4.h): the odd shape has none.
-    if (s.d_model % 64 != 0 || s.d_ff % 64 != 0) return;
-    const std::vector<float> step = moe_step_path(s, ex, r);
-    std::vector<float> tol2(ref.out_tol);
-    for (float& v : tol2) v *= 2.0f;
-    expect_within(out, step, tol2, s.d_model, "token", "moe output vs MoeStep (route, group, mlp1, mlp2, combine)");
+    if (!grouped_gemm_fits(s)) return;
+    expect_paths_agree(out, moe_step_path(s, c.ex, r), ref.out_tol, s.d_model,
+                       "moe output vs MoeStep (route, group, mlp1, mlp2, combine)");
 }
 
 class MoeDecode : public ::testing::TestWithParam<std::tuple<Shape, int>> {};
@@ -220,16 +175,7 @@ TEST(MoeDecodeGraph, replay_matches_eager) {
         const std::vector<float> logits = make_logits(s, n_tokens, Routing::random, seed + 100 + n_tokens);
         DecodeRun r(s, ex, h, logits, n_tokens);
         const std::vector<float> eager = r.run(true);
-        cuda::Stream stream;
-        cuda::Graph graph;
-        graph.capture(stream, [&] { cuda::moe_decode(r.args(true), stream); });
-        for (int rep = 0; rep < 3; ++rep) {
-            r.out.fill_bytes(0xFF, stream);
-            graph.replay(stream);
-            stream.sync();
-            const std::vector<float> got = r.out.download(size_t(n_tokens) * s.d_model);
-            EXPECT_EQ(0, std::memcmp(got.data(), eager.data(), got.size() * sizeof(float))) << "replay " << rep;
-        }
+        expect_graph_replays_match([&](cudaStream_t stream) { cuda::moe_decode(r.args(true), stream); }, r.out, eager);
     }
 }
 

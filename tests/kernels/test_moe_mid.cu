@@ -10,13 +10,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <sstream>
 #include <string>
 
 #include "kernels/cuda/moe_combine.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mid.h"
-#include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda_test_util.h"
 #include "kernels/moe_block_check.h"
@@ -113,57 +111,11 @@ struct MidRun {
     }
 };
 
-// The grouped GEMM path (moe_mlp1 / moe_mlp2, automatic tiling) on the same inputs: out = Σ w · y.
-std::vector<float> gemm_path(const Shape& s, const Experts& ex, MidRun& r) {
-    const int rows = r.n_tokens * kTopK;
-    cuda::DeviceBuffer<float> y(size_t(rows) * s.d_model);
-    cuda::DeviceBuffer<bf16> u(size_t(rows) * s.d_ff);
-    auto out = poisoned<float>(size_t(r.n_tokens) * s.d_model);
-    cuda::moe_mlp1({.u = u.get(),
-                    .x = r.h.get(),
-                    .w = ex.mlp1.view(),
-                    .expert_offsets = r.offsets.get(),
-                    .sorted_rows = r.sorted.get(),
-                    .n_tokens = r.n_tokens,
-                    .n_experts = s.n_experts,
-                    .top_k = kTopK,
-                    .d_model = s.d_model,
-                    .d_ff = s.d_ff},
-                   nullptr);
-    cuda::moe_mlp2({.y = y.get(),
-                    .u = u.get(),
-                    .w = ex.mlp2.view(),
-                    .expert_offsets = r.offsets.get(),
-                    .sorted_rows = r.sorted.get(),
-                    .n_tokens = r.n_tokens,
-                    .n_experts = s.n_experts,
-                    .top_k = kTopK,
-                    .d_model = s.d_model,
-                    .d_ff = s.d_ff},
-                   nullptr);
-    cuda::moe_combine({.out = out.get(),
-                       .y = y.get(),
-                       .expert_weights = r.w.get(),
-                       .n_tokens = r.n_tokens,
-                       .d_model = s.d_model,
-                       .top_k = kTopK,
-                       .mode = cuda::MoeCombineMode::overwrite},
-                      nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    return out.download();
-}
-
 void check_mid(const Shape& s, int n_tokens, Routing routing, bool extreme = false, int variant = -1) {
-    std::ostringstream name;
-    name << s.name << (extreme ? " (extreme scales)" : "") << ", " << n_tokens << " tokens, " << routing_name(routing)
-         << " routing, variant " << variant;
-    SCOPED_TRACE(name.str());
-    const Experts& ex = experts_for(s, extreme);
-    const uint32_t seed = fresh_seed();
-    const std::vector<bf16> h = random_bf16(size_t(n_tokens) * s.d_model, seed + 1, -2.0f, 2.0f);
-    const std::vector<float> logits = make_logits(s, n_tokens, routing, seed + 2);
-    const Reference ref = reference(s, ex, h, logits, n_tokens);
-    MidRun r(s, ex, h, logits, n_tokens);
+    SCOPED_TRACE(case_name(s, n_tokens, routing, extreme) + ", variant " + std::to_string(variant));
+    const Case c = make_case(s, n_tokens, routing, extreme);
+    const Reference& ref = c.ref;
+    MidRun r(s, c.ex, c.h, c.logits, n_tokens);
     r.variant = variant;
 
     std::vector<float> out;
@@ -187,13 +139,11 @@ void check_mid(const Shape& s, int n_tokens, Routing routing, bool extreme = fal
     const std::vector<float> no_pdl = r.run(false);
     EXPECT_EQ(0, std::memcmp(no_pdl.data(), y.data(), y.size() * sizeof(float))) << "run without PDL differs";
 
-    // The grouped GEMM path: each within ref.out_tol of the reference, so within 2x of each other. Its
-    // kernels need d_model and d_ff in multiples of 64 (moe_mlp_mxfp4.h): the odd shape has none.
-    if (s.d_model % 64 != 0 || s.d_ff % 64 != 0) return;
-    const std::vector<float> gemm = gemm_path(s, ex, r);
-    std::vector<float> tol2(ref.out_tol);
-    for (float& v : tol2) v *= 2.0f;
-    expect_within(out, gemm, tol2, s.d_model, "token", "moe output vs the grouped GEMM path (mlp1, mlp2, combine)");
+    // The grouped GEMM path (automatic tiling) on the same grouping: each within ref.out_tol of the
+    // reference, so within 2x of each other.
+    if (!grouped_gemm_fits(s)) return;
+    expect_paths_agree(out, grouped_gemm_out(s, c.ex, r.h.get(), r.offsets.get(), r.sorted.get(), r.w.get(), n_tokens),
+                       ref.out_tol, s.d_model, "moe output vs the grouped GEMM path (mlp1, mlp2, combine)");
 }
 
 class MoeMid : public ::testing::TestWithParam<std::tuple<Shape, int>> {};
@@ -255,16 +205,7 @@ TEST(MoeMidGraph, replay_matches_eager) {
             MidRun r(*s, ex, h, logits, n_tokens);
             std::vector<float> eager;
             r.run(true, &eager);
-            cuda::Stream stream;
-            cuda::Graph graph;
-            graph.capture(stream, [&] { r.launch(true, stream); });
-            for (int rep = 0; rep < 3; ++rep) {
-                r.out.fill_bytes(0xFF, stream);
-                graph.replay(stream);
-                stream.sync();
-                const std::vector<float> got = r.out.download();
-                EXPECT_EQ(0, std::memcmp(got.data(), eager.data(), got.size() * sizeof(float))) << "replay " << rep;
-            }
+            expect_graph_replays_match([&](cudaStream_t stream) { r.launch(true, stream); }, r.out, eager);
         }
     }
 }

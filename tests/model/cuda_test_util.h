@@ -49,10 +49,11 @@ inline std::vector<int32_t> random_prompt(int n, uint32_t seed) {
     return t;
 }
 
-// The runner options the pair tests use (1024 tokens, 16 logit rows, 16 slices per step).
-inline CudaRunnerOptions tiny_cuda_options(bool graphs) {
+// The runner options the pair tests use (1024 tokens, 16 logit rows, 16 slices per step), with a BF16
+// or an FP8 KV cache.
+inline CudaRunnerOptions tiny_cuda_options(bool graphs, KvDtype kv_dtype = KvDtype::bf16) {
     return CudaRunnerOptions{.max_tokens = 1024, .max_logit_rows = 16, .max_slices = 16, .progress = false,
-                             .graphs = graphs};
+                             .graphs = graphs, .kv_dtype = kv_dtype};
 }
 
 struct CudaCpuPair {

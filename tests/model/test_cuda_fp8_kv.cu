@@ -3,7 +3,8 @@
 // (4 layers, 8 query / 1 KV heads, sliding window 128): a prompt longer than the window in chunks then
 // 32 greedy steps, prefill in one chunk vs several vs token by token, a mixed ragged batch with a
 // prefix-cache replay, graph decode vs eager, a copied cache continuing like its source, speculative
-// verify steps with rollbacks, and every intermediate layer by layer.
+// verify steps with rollbacks, and every intermediate layer by layer. The checks test_cuda_forward
+// also runs with the BF16 cache are written once, in tests/model/cuda_kv_checks.h.
 //
 // Bounds, as tests/model/test_cuda_forward.cu (architecture.md, "Comparing implementations on random
 // weights"): the same BF16 roundings of the GPU path, plus the quantisation's inputs: the GPU quantises
@@ -12,35 +13,22 @@
 // far below the BF16 path's own error: the same 2e-2 on logits, 3e-2 per step, identical greedy tokens.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <cstdio>
-#include <map>
-#include <random>
-#include <string>
 
-#include "model/cuda_test_util.h"
+#include "model/cuda_kv_checks.h"
 
 namespace osprey::model {
 namespace {
 
 constexpr double kLogitBound = 2e-2;
 constexpr double kStepBound = 3e-2;
+constexpr test::KvCase kFp8{KvDtype::fp8_e4m3, kLogitBound, kStepBound};
 
-using test::argmax;
 using test::random_prompt;
 using test::rel_l2;
 using test::tiny_weights;
 
-CudaRunnerOptions fp8_options(bool graphs) {
-    CudaRunnerOptions o = test::tiny_cuda_options(graphs);
-    o.kv_dtype = KvDtype::fp8_e4m3;
-    return o;
-}
-
-struct Pair : test::CudaCpuPair {
-    explicit Pair(bool graphs)
-        : CudaCpuPair(tiny_weights(), CpuReferenceOptions{.kv_dtype = KvDtype::fp8_e4m3}, fp8_options(graphs)) {}
-};
+CudaRunnerOptions fp8_options(bool graphs) { return test::tiny_cuda_options(graphs, KvDtype::fp8_e4m3); }
 
 TEST(cuda_fp8_kv, runner_reports_fp8_and_sizes_its_cache_by_the_spec) {
     CudaRunner gpu(tiny_weights(), fp8_options(false));
@@ -64,40 +52,7 @@ TEST(cuda_fp8_kv, runner_reports_fp8_and_sizes_its_cache_by_the_spec) {
 }
 
 TEST(cuda_fp8_kv, long_prompt_in_chunks_then_32_greedy_steps) {
-    Pair p(/*graphs=*/false);
-    test::Seq s;
-    s.tokens = random_prompt(320, 11);
-    s.pages = test::pages_from(0, 40);
-    s.window_slot = 3;
-    for (int n : {200, 120}) {  // the second chunk's window reaches into the ring
-        ForwardBatch b;
-        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
-        b.slices.push_back(test::slice_for(s, 0, n));
-        const double err = p.forward(b);
-        std::printf("  prefill chunk of %d: logits rel err %.2e\n", n, err);
-        EXPECT_LT(err, kLogitBound);
-        s.n_computed += n;
-    }
-    std::vector<float> lc;
-    p.cpu.logits_to_host(lc);
-    int next = argmax(lc);
-    double worst = 0;
-    for (int i = 0; i < 32; ++i) {
-        s.tokens.push_back(next);
-        ForwardBatch b;
-        b.tokens = {next};
-        b.slices.push_back(test::slice_for(s, 0, 1));
-        std::vector<float> cpu_logits;
-        worst = std::max(worst, p.forward(b, nullptr, &cpu_logits));
-        s.n_computed += 1;
-        std::vector<int32_t> greedy;
-        p.gpu.greedy(greedy);
-        ASSERT_EQ(greedy.size(), 1u);
-        next = argmax(cpu_logits);
-        EXPECT_EQ(greedy[0], next) << "greedy step " << i;
-    }
-    std::printf("  32 decode steps: worst logits rel err %.2e\n", worst);
-    EXPECT_LT(worst, kLogitBound);
+    test::long_prompt_in_chunks_then_32_greedy_steps(kFp8);
 }
 
 // The same 300-token prompt in one chunk, in chunks of 100/77/123, and token by token (decode steps
@@ -148,150 +103,15 @@ TEST(cuda_fp8_kv, prefill_in_one_chunk_several_or_token_by_token_agree) {
     }
 }
 
-// Prefill + decode + a prefix-cache replay (n_full_kv_cached) in one batch, against the reference.
-TEST(cuda_fp8_kv, mixed_ragged_batch) {
-    Pair p(/*graphs=*/false);
-    std::vector<test::Seq> seqs(3);
-    for (int i = 0; i < 3; ++i) {
-        seqs[i].tokens = random_prompt(400, 100 + i);
-        seqs[i].pages = test::pages_from(i * 40, 40);
-        seqs[i].window_slot = 2 * i + 1;
-    }
-    const std::vector<std::vector<std::pair<int, int>>> plan = {
-        {{0, 150}, {1, 5}}, {{0, 1}, {1, 140}, {2, 30}}, {{2, 1}, {0, 1}, {1, 1}}, {{0, 1}, {2, 30}, {1, 1}}};
-    for (size_t k = 0; k < plan.size(); ++k) {
-        ForwardBatch b;
-        for (auto [i, n] : plan[k]) {
-            test::Seq& s = seqs[i];
-            int replay = 0;
-            if (k == 3 && i == 2) {
-                replay = 20;
-                s.n_computed -= replay;
-                s.window_first = s.n_computed;
-            }
-            b.slices.push_back(test::slice_for(s, b.n_tokens(), n, replay));
-            b.tokens.insert(b.tokens.end(), s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
-            s.n_computed += n;
-        }
-        const double err = p.forward(b);
-        std::printf("  step %zu (%d tokens, %zu slices): logits rel err %.2e\n", k, b.n_tokens(), b.slices.size(), err);
-        EXPECT_LT(err, kLogitBound) << "step " << k;
-    }
-}
+TEST(cuda_fp8_kv, mixed_ragged_batch) { test::mixed_ragged_batch(kFp8); }
 
-// Decode steps replayed from CUDA graphs (the RoPE kernel's fused FP8 store inside) equal eager ones.
-TEST(cuda_fp8_kv, graph_decode_matches_eager) {
-    CudaRunner eager(tiny_weights(), fp8_options(false)), graphed(tiny_weights(), fp8_options(true));
-    for (CudaRunner* r : {&eager, &graphed}) r->allocate_kv(kv_layout_for(*r, 16, 256, 8));
-    std::vector<test::Seq> seqs(2);
-    for (int i = 0; i < 2; ++i) {
-        seqs[i].tokens = random_prompt(200, 300 + i);
-        seqs[i].pages = test::pages_from(i * 40, 40);
-        seqs[i].window_slot = i;
-    }
-    auto run = [&](const ForwardBatch& b) {
-        eager.forward(b);
-        graphed.forward(b);
-        std::vector<float> a, g;
-        eager.logits_to_host(a);
-        graphed.logits_to_host(g);
-        return rel_l2(g, a);
-    };
-    ForwardBatch pre;
-    for (int i = 0; i < 2; ++i) {
-        pre.slices.push_back(test::slice_for(seqs[i], pre.n_tokens(), 150));
-        pre.tokens.insert(pre.tokens.end(), seqs[i].tokens.begin(), seqs[i].tokens.begin() + 150);
-        seqs[i].n_computed = 150;
-    }
-    EXPECT_EQ(run(pre), 0.0);
-    for (int step = 0; step < 20; ++step) {
-        ForwardBatch b;
-        for (int i = 0; i < 2; ++i) {
-            b.slices.push_back(test::slice_for(seqs[i], i, 1));
-            b.tokens.push_back(seqs[i].tokens[seqs[i].n_computed]);
-            seqs[i].n_computed += 1;
-        }
-        EXPECT_LT(run(b), 1e-3) << "decode step " << step;  // only the KV split boundaries differ
-    }
-    EXPECT_EQ(graphed.graphs_captured(), 1);
-}
+TEST(cuda_fp8_kv, graph_decode_matches_eager) { test::graph_decode_matches_eager(KvDtype::fp8_e4m3); }
 
-// copy_kv of FP8 pages and a ring (codes and multipliers): the fork decodes bit-identically to its source.
 TEST(cuda_fp8_kv, copied_kv_continues_exactly_like_its_source) {
-    Pair p(/*graphs=*/true);
-    test::Seq a;
-    a.tokens = random_prompt(220, 21);
-    a.pages = test::pages_from(0, 16);
-    a.window_slot = 1;
-    ForwardBatch pre;
-    pre.tokens.assign(a.tokens.begin(), a.tokens.begin() + 200);
-    pre.slices.push_back(test::slice_for(a, 0, 200));
-    p.forward(pre);
-    a.n_computed = 200;
-    test::Seq b = a;
-    b.pages = {100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 60, 61, 62};
-    b.window_slot = 6;
-    KvCopy copy{.src_slot = 1, .dst_slot = 6};
-    copy.src_pages = test::pages_from(0, 13);
-    copy.dst_pages.assign(b.pages.begin(), b.pages.begin() + 13);
-    p.gpu.copy_kv(plan_kv_copy(copy, p.gpu_layout));
-    double worst = 0;
-    for (int step = 0; step < 20; ++step) {
-        const int32_t t = a.tokens[size_t(a.n_computed)];
-        ForwardBatch both;
-        both.tokens = {t, t};
-        both.slices = {test::slice_for(a, 0, 1), test::slice_for(b, 1, 1)};
-        p.gpu.forward(both);
-        std::vector<float> g;
-        p.gpu.logits_to_host(g);
-        const size_t V = size_t(p.cpu.config().vocab_size);
-        ASSERT_EQ(g.size(), 2 * V);
-        ASSERT_TRUE(std::equal(g.begin(), g.begin() + V, g.begin() + V)) << "step " << step;
-        ForwardBatch one;
-        one.tokens = {t};
-        one.slices = {test::slice_for(a, 0, 1)};
-        p.cpu.forward(one);
-        std::vector<float> c;
-        p.cpu.logits_to_host(c);
-        worst = std::max(worst, rel_l2(std::span(g).subspan(V, V), c));
-        a.n_computed += 1;
-        b.n_computed += 1;
-    }
-    std::printf("  20 forked decode steps: worst logits rel err %.2e\n", worst);
-    EXPECT_LT(worst, kLogitBound);
-    EXPECT_THROW(p.gpu.copy_kv({.runs = {{KvGroupKind::paged, 0, 256 * 16, 16}}}), Error);
+    test::copied_kv_continues_exactly_like_its_source(kFp8);
 }
 
-// Layer by layer on the same batch (a 180-token prefill): every intermediate within kStepBound.
-TEST(cuda_fp8_kv, every_step_matches_the_reference) {
-    Pair p(false);
-    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
-    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
-    p.cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    p.gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    test::Seq s;
-    s.tokens = random_prompt(180, 5);
-    s.pages = test::pages_from(0, 20);
-    ForwardBatch b;
-    b.tokens = s.tokens;
-    b.slices.push_back(test::slice_for(s, 0, 180));
-    p.forward(b);
-    int compared = 0;
-    for (const auto& [name, g] : gpu_steps) {
-        auto it = cpu_steps.find(name);
-        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
-        ASSERT_EQ(it->second.size(), g.size()) << name;
-        const double err = rel_l2(g, it->second);
-        std::printf("  %-20s rel err %.2e\n", name.c_str(), err);
-        EXPECT_LT(err, kStepBound) << name;
-        ++compared;
-    }
-    EXPECT_GE(compared, 4 * 10 + 3);
-}
+TEST(cuda_fp8_kv, every_step_matches_the_reference) { test::every_step_matches_the_reference(kFp8); }
 
 // Speculative verify steps (5 tokens, every one with a logit row: the prefill kernels, replayed from a
 // CUDA graph once the shape recurs) and rollbacks (2 of 5 kept: the rejected rows stay written in the

@@ -280,8 +280,7 @@ __device__ __forceinline__ void attention_rope_own_key(const AttnArgs& a, const 
     }
     *reinterpret_cast<uint4*>(dst) = roped;
     if (a.k_store != nullptr) {
-        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
-        const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD + part * 8;
+        const size_t off = attention_cache_row(a, it, g, j) * kD + part * 8;
         *reinterpret_cast<uint4*>(a.k_store + off) = roped;
         *reinterpret_cast<uint4*>(a.v_store + off) = *reinterpret_cast<const uint4*>(vp + part * 8);
     }

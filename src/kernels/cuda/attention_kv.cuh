@@ -4,8 +4,16 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_cache_row.cuh"
 
 namespace osprey::cuda {
+
+// The cache row (kv_cache_row.cuh) of key position j for KV head g of item `it`: the item's ring slot
+// (ring layers), else the page holding j (page_table[page_offset + j / rows]); row j % rows of it.
+__device__ __forceinline__ size_t attention_cache_row(const AttnArgs& a, const AttnItem& it, int g, int j) {
+    const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
+    return kv_cache_head_row(block, a.n_kv_heads, g, a.rows) + j % a.rows;
+}
 
 // K and V rows (kAttnHeadDim bf16 each) of key position j for KV head g of item `it`: the step's own
 // rows in qkv for positions the step computes (j >= the slice's start, not stored in the cache yet),
@@ -19,8 +27,7 @@ __device__ inline void attention_kv_rows(const AttnArgs& a, const AttnItem& it, 
         kp = row + a.n_q_heads * kD + g * kD;
         vp = row + (a.n_q_heads + a.n_kv_heads) * kD + g * kD;
     } else {
-        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
-        const size_t off = ((size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows) * kD;
+        const size_t off = attention_cache_row(a, it, g, j) * kD;
         kp = reinterpret_cast<const __nv_bfloat16*>(a.k_cache) + off;
         vp = reinterpret_cast<const __nv_bfloat16*>(a.v_cache) + off;
     }
@@ -38,8 +45,7 @@ __device__ inline void attention_kv_rows_fp8(const AttnArgs& a, const AttnItem& 
         idx = size_t(it.slice_first_token + j - it.slice_start_pos) * a.n_kv_heads + g;
         src = &a.step8;
     } else {
-        const int block = a.ring ? it.window_slot : a.page_table[it.page_offset + j / a.rows];
-        idx = (size_t(block) * a.n_kv_heads + g) * a.rows + j % a.rows;
+        idx = attention_cache_row(a, it, g, j);
         src = &a.cache8;
     }
     kp = src->k + idx * kD;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/kv_cache_row.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -40,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_kernel(const KvStoreArgs a)
         const bool is_v = i >= width / 8;
         const int e = (is_v ? i - width / 8 : i) * 8;  // element in [0, width)
         const int g = e / a.head_dim, c = e % a.head_dim;
-        const size_t off = ((size_t(d.block) * a.n_kv_heads + g) * a.rows + d.row) * a.head_dim + c;
+        const size_t off = kv_cache_row(d.block, a.n_kv_heads, g, a.rows, d.row) * a.head_dim + c;
         const uint4 v = *reinterpret_cast<const uint4*>((is_v ? v_src : k_src) + e);
         *reinterpret_cast<uint4*>((is_v ? a.v_cache : a.k_cache) + off) = v;
     }
@@ -56,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) kv_store_fp8_kernel(const KvStoreArg
         const int e = is_v ? i - a.n_kv_heads * chunks : i;
         const int g = e / chunks, c = e % chunks;
         const size_t src = size_t(d.token) * a.n_kv_heads + g;
-        const size_t dst = (size_t(d.block) * a.n_kv_heads + g) * a.rows + d.row;
+        const size_t dst = kv_cache_row(d.block, a.n_kv_heads, g, a.rows, d.row);
         const uint8_t* from = is_v ? a.step8.v : a.step8.k;
         uint8_t* to = is_v ? a.cache8.v : a.cache8.k;
         *reinterpret_cast<uint4*>(to + dst * a.head_dim + c * 16) =

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kv_cache_row.cuh"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/rope_pair.cuh"
 #include "kernels/cuda/runtime.h"
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
     const KvStoreRow dst = a.store ? a.store[t] : KvStoreRow{};
     // Element (kv head g, dim c) of the token's cache row.
     auto cache_at = [&](__nv_bfloat16* cache, int g, int c) {
-        return cache + ((size_t(dst.block) * a.n_kv_heads + g) * a.rows + dst.row) * a.head_dim + c;
+        return cache + kv_cache_row(dst.block, a.n_kv_heads, g, a.rows, dst.row) * a.head_dim + c;
     };
     for (int i = threadIdx.x; i < n_pairs; i += kThreads) {
         const int head = i / half, d = i % half;
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const RopeArgs a) {
             reinterpret_cast<uint16_t*>((is_v ? a.step8.v : a.step8.k) + si * a.head_dim)[lane] = codes;
             if (lane == 0) (is_v ? a.step8.v_scale : a.step8.k_scale)[si] = s;
             if (a.store) {
-                const size_t ci = (size_t(dst.block) * a.n_kv_heads + g) * a.rows + dst.row;
+                const size_t ci = kv_cache_row(dst.block, a.n_kv_heads, g, a.rows, dst.row);
                 reinterpret_cast<uint16_t*>((is_v ? a.cache8.v : a.cache8.k) + ci * a.head_dim)[lane] = codes;
                 if (lane == 0) (is_v ? a.cache8.v_scale : a.cache8.k_scale)[ci] = s;
             }
