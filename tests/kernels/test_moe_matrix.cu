@@ -46,12 +46,15 @@ TEST(MoeMatrix, variants_and_choice) {
     EXPECT_TRUE(cuda::moe_matrix_supports(128, 64));
     EXPECT_FALSE(cuda::moe_matrix_supports(100, 128));
     EXPECT_FALSE(cuda::moe_matrix_supports(128, 96));
-    int fp8_variants = 0;
+    int fp8_variants = 0, bf16_variants = 0;
     for (int v = 0; v < cuda::moe_matrix_variants(); ++v) {
-        EXPECT_TRUE(cuda::moe_matrix_variant_takes(cuda::MatrixFormat::bf16, v)) << v;
-        fp8_variants += cuda::moe_matrix_variant_takes(cuda::MatrixFormat::fp8, v);
+        const bool bf16 = cuda::moe_matrix_variant_takes(cuda::MatrixFormat::bf16, v);
+        const bool fp8 = cuda::moe_matrix_variant_takes(cuda::MatrixFormat::fp8, v);
+        EXPECT_TRUE(bf16 || fp8) << v;
+        bf16_variants += bf16, fp8_variants += fp8;
     }
     EXPECT_GE(fp8_variants, 2);
+    EXPECT_GE(bf16_variants, 4);
     // The automatic choice always takes a variant the format runs.
     for (auto f : {cuda::MatrixFormat::fp8, cuda::MatrixFormat::bf16})
         for (int n : {1, 64, 1024, 8192})

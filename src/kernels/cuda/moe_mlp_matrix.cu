@@ -26,14 +26,19 @@
 //   BF16: per stage 4 k16 steps x kMBlocks wgmma m64nNk16 (SS) accumulating into the FP32
 //     accumulators, one commit, wait_group 1: the previous stage's MMAs are complete, so that stage
 //     goes back to the producer (one group always queued, as the W4A16 SS consumers).
-//   FP8 (W8A8): per stage 4 k32 steps x kMBlocks wgmma m64nNk32 e4m3 (SS) into the partial
-//     accumulators (scale-d 0 on the first step: no zeroing), commit, wait_group 0, then the promotion
-//     acc = fma(part · wmul, xs(routed row), acc) with wmul = the weight block multiplier of the
-//     m-block's 128-row band at this k-block (kBM is a multiple of 128 and tiles start at multiples of
-//     kBM, so an m64 block lies in one band: one multiplier per m-block and stage, read from global
-//     memory before the stage's barrier wait) and xs from the stage's scales; the stage is released
-//     after the promotion. The two consumer warpgroups share the tensor cores, so one's promotion
-//     overlaps the other's MMAs.
+//   FP8 (W8A8): per stage 4 k32 steps x kMBlocks wgmma m64nNk32 e4m3 (SS) into a partial accumulator
+//     set (the first step with scale-d 0 through an output-only wrapper: no zeroing, no earlier value
+//     kept alive), one commit, then the promotion acc = fma(part · wmul, xs(routed row), acc) with wmul =
+//     the weight block multiplier of the m-block's 128-row band at this k-block (kBM is a multiple of
+//     128 and tiles start at multiples of kBM, so an m64 block lies in one band: one multiplier per
+//     m-block and stage, read from global memory before the stage's barrier wait) and xs from the
+//     stage's scales; the stage is released after its promotion. With two partial sets (kFp8Overlap:
+//     variants 2 and 4) consecutive k-blocks alternate between them: after issuing block kt into set
+//     kt % 2, wait_group 1 completes block kt - 1 only, which is promoted and released while the tensor
+//     cores run kt (after the last block, wait_group 0 and its promotion); the k-loop is unrolled by two
+//     so that both sets stay registers. With one set (variants 1, 3: two sets spill there), wait_group 0
+//     before each promotion, so a warpgroup's MMAs stop during it and only the other warpgroup's cover
+//     it. Either way each k-block's promotion is the same arithmetic in the same order.
 // Epilogues (as W4A8's): mlp1 the clamped SwiGLU on the gate/up row pairs (lanes 4 apart) into u, bf16,
 // natural columns; mlp2 y per routed row (f32, row sorted_rows[i]).
 //
@@ -46,9 +51,10 @@
 //
 // Variants (Variants below, $OSPREY_MOE_MATRIX_VARIANT): v0 256 x 128 tiles (kMBlocks 2, m64n128),
 // 4 stages (49 KB each: A 32 KB, B 16 KB, scales); v1 128 x 128, 6 stages; v2 128 x 64 (m64n64), 8
-// stages, for few routed rows per expert (decode, 120b below ~96 rows per expert). Shared memory
-// 197-201 KB. Tests: tests/kernels/test_moe_matrix.cu (GPU, against the CPU references),
-// scripts/emulate_moe_matrix.sh (this file's device code on the CPU emulation).
+// stages, for few routed rows per expert (decode, 120b below ~96 rows per expert); v3 256 x 64, 5
+// stages; v4 (FP8 only) v1 with two partial sets and 240 consumer registers. Shared memory 197-201 KB.
+// Tests: tests/kernels/test_moe_matrix.cu (GPU, against the CPU references), scripts/emulate_moe_matrix.sh
+// (this file's device code on the CPU emulation, wgmma groups completing at their wait or their commit).
 #ifndef OSPREY_CUDA_EMULATION
 #include "kernels/cuda/moe_mlp_matrix.h"
 #include "kernels/cuda/mbarrier.cuh"
@@ -77,19 +83,20 @@ constexpr int kRowBytes = 128;  // bytes of every operand row per stage: 128 E4M
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
 constexpr int kConsumerWarps = 4 * kConsumerWGs;
 constexpr int kMaxExperts = 256;
-// Registers per thread after setmaxnreg (the 384 x 168 allotted at launch): the producer computes up to
-// 24 chunk addresses per stage (ptxas spills 36-184 bytes at 40-72 registers, 0-4 at 80), the consumers
-// hold at most 128 accumulators.
-constexpr int kProducerRegs = 80;
-constexpr int kConsumerRegs = 208;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168);
-
-template <int kMBlocks_, int kBN_, int kStages_>
+// Registers per thread after setmaxnreg (the 384 x 168 allotted at launch), per variant: by default the
+// producer keeps 80 (it computes up to 24 chunk addresses per stage; ptxas spills 36-184 bytes at 40-72
+// registers, 0-4 at 80) and the consumers 208 (at most 128 accumulators, or FP8's 64 + 2 x 32 with the
+// two partial sets); FP8's 128 x 128 tiles with two sets hold 64 + 2 x 64 and need 240 (variant 4).
+template <int kMBlocks_, int kBN_, int kStages_, bool kFp8Overlap_, bool kFp8Only_ = false, int kProducerRegs_ = 80,
+          int kConsumerRegs_ = 208>
 struct Config {
     static constexpr int kMBlocks = kMBlocks_;                // wgmma m64 blocks per consumer warpgroup
     static constexpr int kBM = 64 * kMBlocks * kConsumerWGs;  // weight rows per tile (a multiple of 128)
     static constexpr int kBN = kBN_;                          // routed rows per tile (wgmma n)
     static constexpr int kStages = kStages_;
+    static constexpr bool kFp8Overlap = kFp8Overlap_;         // FP8: two partial sets (promotion under the MMAs)
+    static constexpr bool kFp8Only = kFp8Only_;               // BF16 does not take the variant
+    static constexpr int kProducerRegs = kProducerRegs_, kConsumerRegs = kConsumerRegs_;
     static constexpr int kAcc = kBN / 2;                      // accumulator registers per m-block
     static constexpr int kAStageBytes = kBM * kRowBytes;
     static constexpr int kBStageBytes = kBN * kRowBytes;
@@ -98,14 +105,20 @@ struct Config {
     static_assert(kMBlocks == 1 || kMBlocks == 2);
     static_assert(kBN == 64 || kBN == 128);  // the SS wrappers of moe_gemm_sm90.cuh
     static_assert(kAStageBytes % 1024 == 0 && kBStageBytes % 1024 == 0);
+    static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 384 * 168);
 };
 
-// FP8 keeps the partial accumulators beside the main ones (2 kMBlocks kBN / 2 registers), so it takes only
-// the tiles with kMBlocks · kBN <= 128 (fp8_fits); BF16 takes every one.
-using Variants = std::tuple<Config<2, 128, 4>,   // 0: 256 x 128 tiles (BF16 only; BF16's default from 96 routed rows per expert)
-                            Config<1, 128, 6>,   // 1: 128 x 128 tiles (FP8's default from 96 routed rows per expert)
-                            Config<1, 64, 8>,    // 2: 128 x 64 tiles (the default below 96 routed rows per expert)
-                            Config<2, 64, 5>>;   // 3: 256 x 64 tiles
+// FP8 keeps the partial accumulators beside the main ones (kMBlocks kBN / 2 registers per set), so it takes
+// only the tiles with kMBlocks · kBN <= 128 (fp8_fits); BF16 takes every one but the FP8-only variant 4.
+// Two partial sets (kFp8Overlap) where ptxas keeps them without spilling in the k-loop at the default
+// registers: variant 2 (64 + 2 x 32); variants 1 and 3 (64 + 2 x 64, 2 x (32 + 2 x 32)) spill 30-100
+// LDL/STL per two k-blocks there, so they keep one set; variant 4 is variant 1 with two sets and 240
+// consumer registers (the producer at 24 spills instead), for measuring against variant 1.
+using Variants = std::tuple<Config<2, 128, 4, false>,                 // 0: 256 x 128 tiles (BF16 only; BF16's default from 96 routed rows per expert)
+                            Config<1, 128, 6, false>,                 // 1: 128 x 128 tiles (FP8's default from 96 routed rows per expert)
+                            Config<1, 64, 8, true>,                   // 2: 128 x 64 tiles (the default below 96 routed rows per expert)
+                            Config<2, 64, 5, false>,                  // 3: 256 x 64 tiles
+                            Config<1, 128, 6, true, true, 24, 240>>;  // 4: FP8 128 x 128 tiles, two partial sets
 constexpr int kVariants = int(std::tuple_size_v<Variants>);
 template <int kVariant>
 using Variant = std::tuple_element_t<kVariant, Variants>;
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_matrix_kernel(const Params p)
 
     if (wg == 0) {
         // ---- producer: chunk c of A rows r0 + 16 j and of B rows r0 + 16 j; FP8: the scale of routed row tid ----
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<Cfg::kProducerRegs>();
         const int c = tid % 8, r0 = tid / 8;
         constexpr uint32_t kInvalid = 0xFFFFFFFFu;
         int it = 0;
@@ -224,14 +237,18 @@ __global__ void __launch_bounds__(kThreads, 1) moe_matrix_kernel(const Params p)
     }
 
     // ---- consumers ----
-    setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<Cfg::kConsumerRegs>();
     const int cw = wg - 1;
     const int wt = tid % 128;
     const int warp = wt / 32, lane = wt % 32;
     const int g = lane / 4, q = lane % 4;
     int it = 0;
     float acc[kMBlocks][Cfg::kAcc];
-    float part[kFp8 ? kMBlocks : 1][kFp8 ? Cfg::kAcc : 1];
+    // FP8: the partial sums of one k-block (two sets used alternately with kFp8Overlap) and the weight
+    // block multipliers of each set's k-block.
+    constexpr int kSets = kFp8 ? (Cfg::kFp8Overlap ? 2 : 1) : 1;
+    float part[kSets][kFp8 ? kMBlocks : 1][kFp8 ? Cfg::kAcc : 1];
+    float wmul[kSets][kMBlocks];
     const uint32_t a_off = uint32_t(64 * kMBlocks * cw * kRowBytes);  // this warpgroup's rows of the A tile
 
     for (int t = blockIdx.x; t < n_tiles; t += gridDim.x) {
@@ -260,50 +277,112 @@ __global__ void __launch_bounds__(kThreads, 1) moe_matrix_kernel(const Params p)
             continue;
         }
 
-        for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
-            const int stage = it % kStages;
-            float wmul[kMBlocks];  // FP8: the weight block multiplier of each m-block's 128-row band
-            if constexpr (kFp8) {
+        if constexpr (kFp8) {
+            // k-block kt into one partial set, promoted into acc once its group is complete. kt_issue loads
+            // the block's weight multipliers (before the barrier wait: the load's latency hides behind it),
+            // waits for the stage and issues its 4 k32 steps x kMBlocks (scale-d 0 on the first: no zeroing),
+            // one commit group; kt_promote adds the complete set (acc = fma(part · wmul, xs, acc)) and hands
+            // the stage back. The ring position (stage, phase) advances by one per block issued.
+            const float* wsrc[kMBlocks];  // the weight multipliers of each m-block's 128-row band, by k-block
+            bool w_ok[kMBlocks];
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) {
-                    const int f = tile.f0 + 64 * (kMBlocks * cw + mb);
-                    wmul[mb] = f < p.n_out ? __ldg(p.wscale + (size_t(e) * p.nb_out + size_t(f / 128)) * p.n_kt + kt) : 0.0f;
-                }
+            for (int mb = 0; mb < kMBlocks; ++mb) {
+                const int f = tile.f0 + 64 * (kMBlocks * cw + mb);
+                w_ok[mb] = f < p.n_out;
+                wsrc[mb] = p.wscale + (size_t(e) * p.nb_out + size_t(f / 128)) * p.n_kt;
             }
-            mbar_wait(&full[stage], (it / kStages) & 1);
-            fence_proxy_async();
-            const uint32_t stage_addr = smem_u32(smem + stage * kStageBytes);
-            const uint32_t a_addr = stage_addr + a_off, b_addr = stage_addr + uint32_t(kAStageBytes);
-            wgmma_fence();
-            if constexpr (kFp8) {
+            int stage = it % kStages;
+            uint32_t phase = uint32_t(it / kStages) & 1u;
+            auto kt_issue = [&](float (&ps)[kMBlocks][Cfg::kAcc], float (&wm)[kMBlocks], int kt) {
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(part[mb]);
+                for (int mb = 0; mb < kMBlocks; ++mb) wm[mb] = w_ok[mb] ? __ldg(wsrc[mb] + kt) : 0.0f;
+                mbar_wait(&full[stage], phase);
+                fence_proxy_async();
+                const uint32_t stage_addr = smem_u32(smem + stage * kStageBytes);
+                const uint32_t a_addr = stage_addr + a_off, b_addr = stage_addr + uint32_t(kAStageBytes);
+                wgmma_fence();
 #pragma unroll
-                for (int s = 0; s < 4; ++s)
+                for (int mb = 0; mb < kMBlocks; ++mb)
+                    wgmma_m64nNk32_e4m3_ss_set<kBN>(ps[mb], desc_k_sw128(a_addr + mb * 64 * kRowBytes), desc_k_sw128(b_addr));
+#pragma unroll
+                for (int s = 1; s < 4; ++s)
 #pragma unroll
                     for (int mb = 0; mb < kMBlocks; ++mb)
-                        wgmma_m64nNk32_e4m3_ss<kBN>(part[mb], desc_k_sw128(a_addr + mb * 64 * kRowBytes + 32 * s),
-                                                    desc_k_sw128(b_addr + 32 * s), s == 0 ? 0 : 1);
+                        wgmma_m64nNk32_e4m3_ss<kBN>(ps[mb], desc_k_sw128(a_addr + mb * 64 * kRowBytes + 32 * s),
+                                                    desc_k_sw128(b_addr + 32 * s), 1);
                 wgmma_commit();
-                wgmma_wait<0>();
+                if (++stage == kStages) stage = 0, phase ^= 1u;
+            };
+            // The stage of the block issued `back` blocks ago (1 or 2).
+            auto stage_back = [&](int back) { return stage >= back ? stage - back : stage - back + kStages; };
+            auto kt_promote = [&](float (&ps)[kMBlocks][Cfg::kAcc], const float (&wm)[kMBlocks], int st) {
 #pragma unroll
-                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(part[mb]);
-                // Promotion. part[mb][4i + j]: weight row fa (j < 2) or fa + 8, tile row 8i + 2q + j % 2.
-                const float* ss = reinterpret_cast<const float*>(smem + stage * kStageBytes + kAStageBytes + kBStageBytes);
+                for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(ps[mb]);
+                // ps[mb][4i + j]: weight row fa (j < 2) or fa + 8, tile row 8i + 2q + j % 2.
+                const float* ss = reinterpret_cast<const float*>(smem + st * kStageBytes + kAStageBytes + kBStageBytes);
+                // Two sets: the scales in chunks of kXsChunk column groups, a __syncwarp between chunks (ptxas
+                // would otherwise load all kBN / 4 of them up front, more registers than the two sets leave).
+                constexpr int kXsChunk = Cfg::kFp8Overlap ? 4 : kBN / 8;
 #pragma unroll
-                for (int i = 0; i < kBN / 8; ++i) {
-                    const float2 xs = *reinterpret_cast<const float2*>(ss + 8 * i + 2 * q);
+                for (int i0 = 0; i0 < kBN / 8; i0 += kXsChunk) {
+                    if (i0 > 0) __syncwarp();
 #pragma unroll
-                    for (int mb = 0; mb < kMBlocks; ++mb) {
-                        acc[mb][4 * i + 0] = fmaf(part[mb][4 * i + 0] * wmul[mb], xs.x, acc[mb][4 * i + 0]);
-                        acc[mb][4 * i + 1] = fmaf(part[mb][4 * i + 1] * wmul[mb], xs.y, acc[mb][4 * i + 1]);
-                        acc[mb][4 * i + 2] = fmaf(part[mb][4 * i + 2] * wmul[mb], xs.x, acc[mb][4 * i + 2]);
-                        acc[mb][4 * i + 3] = fmaf(part[mb][4 * i + 3] * wmul[mb], xs.y, acc[mb][4 * i + 3]);
+                    for (int i = i0; i < i0 + kXsChunk; ++i) {
+                        const float2 xs = *reinterpret_cast<const float2*>(ss + 8 * i + 2 * q);
+#pragma unroll
+                        for (int mb = 0; mb < kMBlocks; ++mb) {
+                            acc[mb][4 * i + 0] = fmaf(ps[mb][4 * i + 0] * wm[mb], xs.x, acc[mb][4 * i + 0]);
+                            acc[mb][4 * i + 1] = fmaf(ps[mb][4 * i + 1] * wm[mb], xs.y, acc[mb][4 * i + 1]);
+                            acc[mb][4 * i + 2] = fmaf(ps[mb][4 * i + 2] * wm[mb], xs.x, acc[mb][4 * i + 2]);
+                            acc[mb][4 * i + 3] = fmaf(ps[mb][4 * i + 3] * wm[mb], xs.y, acc[mb][4 * i + 3]);
+                        }
                     }
                 }
                 __syncwarp();
-                if (lane == 0) mbar_arrive(&empty[stage]);
+                if (lane == 0) mbar_arrive(&empty[st]);
+            };
+            if constexpr (Cfg::kFp8Overlap) {
+                // k-block kt in set kt % 2 (the loop is unrolled by two so that the sets are registers): after
+                // issuing kt, wait_group 1 leaves kt's group in flight and completes kt - 1's, which is
+                // promoted (and its stage released) while the tensor cores run kt.
+                kt_issue(part[0], wmul[0], 0);
+                int kt = 1;
+                for (; kt + 1 < p.n_kt; kt += 2) {
+                    kt_issue(part[1], wmul[1], kt);
+                    wgmma_wait<1>();
+                    kt_promote(part[0], wmul[0], stage_back(2));
+                    kt_issue(part[0], wmul[0], kt + 1);
+                    wgmma_wait<1>();
+                    kt_promote(part[1], wmul[1], stage_back(2));
+                }
+                // kt - 1 (even, set 0) is the last block issued; kt = n_kt - 1 or n_kt.
+                if (kt < p.n_kt) {
+                    kt_issue(part[1], wmul[1], kt);
+                    wgmma_wait<1>();
+                    kt_promote(part[0], wmul[0], stage_back(2));
+                    wgmma_wait<0>();
+                    kt_promote(part[1], wmul[1], stage_back(1));
+                } else {
+                    wgmma_wait<0>();
+                    kt_promote(part[0], wmul[0], stage_back(1));
+                }
             } else {
+                // One set: the warpgroup's tensor-core work stops during each promotion.
+                for (int kt = 0; kt < p.n_kt; ++kt) {
+                    kt_issue(part[0], wmul[0], kt);
+                    wgmma_wait<0>();
+                    kt_promote(part[0], wmul[0], stage_back(1));
+                }
+            }
+            it += p.n_kt;
+        } else {
+            for (int kt = 0; kt < p.n_kt; ++kt, ++it) {
+                const int stage = it % kStages;
+                mbar_wait(&full[stage], (it / kStages) & 1);
+                fence_proxy_async();
+                const uint32_t stage_addr = smem_u32(smem + stage * kStageBytes);
+                const uint32_t a_addr = stage_addr + a_off, b_addr = stage_addr + uint32_t(kAStageBytes);
+                wgmma_fence();
 #pragma unroll
                 for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
 #pragma unroll
@@ -321,8 +400,6 @@ __global__ void __launch_bounds__(kThreads, 1) moe_matrix_kernel(const Params p)
                     if (lane == 0) mbar_arrive(&empty[(it - 1) % kStages]);
                 }
             }
-        }
-        if constexpr (!kFp8) {
             wgmma_wait<0>();
 #pragma unroll
             for (int mb = 0; mb < kMBlocks; ++mb) fence_operands(acc[mb]);
@@ -436,7 +513,7 @@ int moe_matrix_variants() { return mm::kVariants; }
 bool moe_matrix_variant_takes(MatrixFormat format, int variant) {
     if (variant < 0 || variant >= mm::kVariants) return false;
     bool ok = true;
-    with_variant(variant, [&]<class Cfg>() { ok = format == MatrixFormat::bf16 || mm::fp8_fits<Cfg>; });
+    with_variant(variant, [&]<class Cfg>() { ok = format == MatrixFormat::bf16 ? !Cfg::kFp8Only : mm::fp8_fits<Cfg>; });
     return ok;
 }
 
@@ -472,7 +549,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
     if (n_rows == 0) return;
     const int variant = a.variant >= 0 ? a.variant : moe_matrix_variant_for(a.format, a.n_tokens, a.top_k, a.n_experts);
     OSPREY_CHECK(moe_matrix_variant_takes(a.format, variant), "moe matrix experts: variant ", variant, " does not take ",
-                 matrix_format_name(a.format), " weights (0..", mm::kVariants - 1, "; FP8: tiles of at most 128 x 128 or 256 x 64)");
+                 matrix_format_name(a.format), " weights (0..", mm::kVariants - 1, "; FP8: tiles of at most 128 x 128 or 256 x 64; BF16: not 4)");
     const int elem = fp8 ? 1 : 2;
     const uint8_t* x1 = reinterpret_cast<const uint8_t*>(a.x);
     const uint8_t* x2 = reinterpret_cast<const uint8_t*>(a.u);
@@ -500,7 +577,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
         if constexpr (mm::fp8_fits<Cfg>) {
             if (fp8) return launch_gemm<Cfg, true, mm::Proj::mlp1>(p1, n_rows, stream);
         }
-        launch_gemm<Cfg, false, mm::Proj::mlp1>(p1, n_rows, stream);
+        if constexpr (!Cfg::kFp8Only) launch_gemm<Cfg, false, mm::Proj::mlp1>(p1, n_rows, stream);
     });
     if (fp8) moe_w4a8_quantize(uq, us, a.u, n_rows, a.d_ff, stream, /*mma_order=*/false);
     with_variant(variant, [&]<class Cfg>() {
@@ -512,7 +589,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
         if constexpr (mm::fp8_fits<Cfg>) {
             if (fp8) return launch_gemm<Cfg, true, mm::Proj::mlp2>(p2, n_rows, stream);
         }
-        launch_gemm<Cfg, false, mm::Proj::mlp2>(p2, n_rows, stream);
+        if constexpr (!Cfg::kFp8Only) launch_gemm<Cfg, false, mm::Proj::mlp2>(p2, n_rows, stream);
     });
 }
 

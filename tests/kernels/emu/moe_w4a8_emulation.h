@@ -34,6 +34,11 @@ void wgmma_m64nNk32_e4m3_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
     static_assert(N % 8 == 0 && N >= 8 && N <= 256);
     g_wgmma[threadIdx.x].ops.push_back({d, nullptr, desc_b, N, desc_a, true, scale_d != 0});
 }
+// d = a · b (scale-d 0 with d an output only on the GPU; the same operation here).
+template <int N>
+void wgmma_m64nNk32_e4m3_ss_set(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b) {
+    wgmma_m64nNk32_e4m3_ss<N>(d, desc_a, desc_b, 0);
+}
 inline void cp_async4_zfill(void* dst, const void* src, bool valid) {
     if (reinterpret_cast<uintptr_t>(dst) % 4 || (valid && reinterpret_cast<uintptr_t>(src) % 4)) {
         std::fprintf(stderr, "cp.async 4: misaligned\n");

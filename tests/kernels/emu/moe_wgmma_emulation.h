@@ -20,6 +20,7 @@
 //     lazy execution, the 8-bit A fragment or (SS form, the matrix-expert GEMM) an 8-bit K-major A read
 //     through its descriptor like B, a K-major 8-bit B (byte k of the 128-byte row), and scale-d 0
 //     (accumulate = false) overwriting d;
+//   - g_wgmma_complete_at_commit: every group executed at its commit instead (the earliest completion);
 //   - setmaxnreg, wgmma.fence, fence.proxy.async, PDL: no-ops.
 #pragma once
 
@@ -98,9 +99,17 @@ inline void st_shared16(uint8_t* p, uint4 v) {
     }
     std::memcpy(p, &v, 16);
 }
+// Completion time of the wgmma groups: false (the default) at the wait_group that covers them, the latest
+// the hardware may (catches reading partial sums or releasing operands too early); true at their commit,
+// the earliest (catches a group overwriting registers that the kernel still reads, e.g. one partial set
+// reused while its previous contents are being promoted).
+inline bool g_wgmma_complete_at_commit = false;
+template <int kPending>
+void wgmma_wait();
 inline void wgmma_commit() {
     WgmmaQueue& q = g_wgmma[threadIdx.x];
     q.group_ends.push_back(q.ops.size());
+    if (g_wgmma_complete_at_commit) wgmma_wait<0>();  // warpgroup-wide, as commit_group (.sync.aligned)
 }
 
 // B(k, n) of a K-major BF16 operand with the 128-byte swizzle, from its descriptor (also A(m, k) of
