@@ -17,7 +17,7 @@
 #   --quick       leave out test_moe_mlp's and test_moe_matrix's slowest cases (120b at 2048/8192 tokens and the 120b kernel variants
 #                 other than the first: each checks ~35 s of CPU reference; the whole binary then takes > 5 min)
 #
-# Environment: OSPREY_BENCH_FORWARD_ARGS (extra bench_forward flags), OSPREY_KERNEL_BENCH_ARGS (extra
+# Environment: OSPREY_SUITE_TIMEOUT (seconds per command, default 900), OSPREY_BENCH_FORWARD_ARGS (extra bench_forward flags), OSPREY_KERNEL_BENCH_ARGS (extra
 # flags for every kernel benchmark, bench/kernel_bench.h: --filter, --iters, --hbm-gbps ...).
 set -uo pipefail
 
@@ -52,12 +52,21 @@ failures=0
 
 note() { echo "$*" | tee -a "$summary"; }
 # run NAME CMD...: runs CMD with its output in $out/NAME.log, notes PASS/FAIL and the time taken.
+# Each command is cut off after $OSPREY_SUITE_TIMEOUT seconds (default 900; rc 124 then), so that one slow
+# binary cannot take a whole lent-device call; a gtest binary's summary notes its failed cases.
 run() {
   local name="$1"; shift
   local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
+  timeout "${OSPREY_SUITE_TIMEOUT:-900}" "$@" > "$out/$name.log" 2>&1
   local rc=$?
-  if [[ $rc -eq 0 ]]; then note "PASS $name ($((SECONDS - t0)) s)"; else note "FAIL $name (rc $rc, $((SECONDS - t0)) s): see $name.log"; failures=$((failures + 1)); fi
+  if [[ $rc -eq 0 ]]; then
+    note "PASS $name ($((SECONDS - t0)) s)"
+  else
+    local failed
+    failed="$(grep -E '^\[  FAILED  \] [^0-9]' "$out/$name.log" | head -5 | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')"
+    note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', timed out'), $((SECONDS - t0)) s): see $name.log ${failed}"
+    failures=$((failures + 1))
+  fi
   return $rc
 }
 
