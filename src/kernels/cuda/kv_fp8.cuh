@@ -1,5 +1,6 @@
 // Device helpers of the FP8 KV cache (kv_fp8.h): E4M3 encode/decode matching core/fp8.h bit for bit
-// (round to nearest even, saturating to ±448: cvt.rn.satfinite), and the row addresses of a key.
+// (round to nearest even, saturating to ±448: cvt.rn.satfinite), the per-row multiplier, and the decodes to BF16 /
+// FP16 pairs (the cache-row index is kv_cache_row.cuh's).
 // Host builds (the CPU emulation harnesses, scripts/emulate_attention_*.sh) take the software path.
 #pragma once
 
