@@ -28,20 +28,10 @@ namespace {
 namespace fs = std::filesystem;
 using test::Seq;
 
-// gpt-oss's partial blocks in miniature: d_model 160 = 1.25 x 128, d_ff 192 = 1.5 x 128, vocab 300,
-// 8 KV heads (tensor parallel up to 8), a window of 16 and pages of 8 so that short runs cross both.
-Config fp8_config() {
-    Config c = test::small_config();
-    c.d_model = 160;
-    c.d_ff = 192;
-    c.n_heads = 16;
-    c.n_kv_heads = 8;
-    c.vocab_size = 300;
-    return c;
-}
-
+// gpt-oss's partial blocks in miniature (test::partial_blocks_config), a window of 16 and pages of 8 so
+// that short runs cross both.
 fs::path published() {
-    return test::synthetic_checkpoint("fp8-published", fp8_config(), 11);
+    return test::synthetic_checkpoint("fp8-published", test::partial_blocks_config(), 11);
 }
 
 fs::path converted(const std::string& name = "all", const Fp8Parts& parts = {}) {
@@ -121,7 +111,7 @@ TEST(fp8_codec, every_code_round_trips_and_rounding_is_to_nearest_even) {
 TEST(fp8_checkpoint, layout_names_shapes_and_config) {
     const fs::path out = converted();
     const Weights w = Weights::load(out);
-    const Config c = fp8_config();
+    const Config c = test::partial_blocks_config();
     EXPECT_EQ(w.formats(), "experts fp8, attention fp8, unembedding fp8");
     const LayerWeights& L = w.layers[1];
     EXPECT_EQ(L.q_w.describe(), "F8_E4M3 [1024, 160]");
@@ -154,7 +144,7 @@ TEST(fp8_checkpoint, partial_blocks_scale_over_their_real_elements_and_round_to_
     // columns 128..191 only: its multiplier is their amax / 448, and every element is the nearest
     // E4M3 value of w / multiplier.
     const Weights in = Weights::load(published()), w = Weights::load(converted());
-    const Config c = fp8_config();
+    const Config c = test::partial_blocks_config();
     const LayerWeights &L = w.layers[2], &M = in.layers[2];
     const int H = c.d_model, I = c.d_ff, e = 5;
     std::vector<float> row(static_cast<size_t>(I));
@@ -261,7 +251,7 @@ TEST(fp8_forward, tensor_and_expert_parallel_windows_match_one_rank) {
 }
 
 TEST(fp8_kv, spec_counts_the_scales_and_the_cache_halves_bytes_against_bf16) {
-    const Config c = fp8_config();
+    const Config c = test::partial_blocks_config();
     const KvSpec f8(c, KvDtype::fp8_e4m3, 16), b16(c, KvDtype::bf16, 16);
     EXPECT_EQ(f8.tensor_row_bytes(), size_t(c.kv_dim() + 4 * c.n_kv_heads));
     EXPECT_EQ(b16.tensor_row_bytes(), size_t(2 * c.kv_dim()));

@@ -61,6 +61,18 @@ inline Config small_config() {
     return c;
 }
 
+// small_config with gpt-oss's partial 128-blocks in miniature (d_model 160 = 1.25 x 128, d_ff 192 =
+// 1.5 x 128, vocab 300) and 8 KV heads (tensor parallel up to 8): the 8-bit formats' tests.
+inline Config partial_blocks_config() {
+    Config c = small_config();
+    c.d_model = 160;
+    c.d_ff = 192;
+    c.n_heads = 16;
+    c.n_kv_heads = 8;
+    c.vocab_size = 300;
+    return c;
+}
+
 // One sequence's bookkeeping, as the engine would keep it.
 struct Seq {
     std::vector<int32_t> tokens;  // all tokens so far

@@ -15,18 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// gpt-oss's partial 128-blocks in miniature: d_model 160 = 1.25 x 128, d_ff 192 = 1.5 x 128.
-Config w4a8_config() {
-    Config c = test::small_config();
-    c.d_model = 160;
-    c.d_ff = 192;
-    c.n_heads = 16;
-    c.n_kv_heads = 8;
-    c.vocab_size = 300;
-    return c;
-}
-
-fs::path published() { return test::synthetic_checkpoint("w4a8-published", w4a8_config(), 11); }
+fs::path published() { return test::synthetic_checkpoint("w4a8-published", test::partial_blocks_config(), 11); }
 
 // The activations' E4M3 rounding (2^-4 relative at most, ~2^-4/sqrt(3) RMS per projection input) moves
 // each MoE output by a few percent of itself; the residual stream dilutes it.

@@ -19,16 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Config partial_blocks_config() {
-    Config c = test::small_config();
-    c.d_model = 160;
-    c.d_ff = 192;
-    c.n_heads = 16;
-    c.n_kv_heads = 8;
-    c.vocab_size = 300;
-    return c;
-}
-
 Weights fp8_experts(const fs::path& dir) {
     return convert_weights(Weights::load(dir), WeightFormat::fp8, parse_fp8_parts("experts"));
 }
@@ -61,7 +51,8 @@ void expect_w8a8_bounds(const AccuracyReport& r, double max_kl) {
 }
 
 TEST(w8a8_accuracy, test_model_against_w8a16) {
-    const AccuracyReport r = w8a8_against_w8a16(test::synthetic_checkpoint("w8a8-published", partial_blocks_config(), 11), 96);
+    const AccuracyReport r =
+        w8a8_against_w8a16(test::synthetic_checkpoint("w8a8-published", test::partial_blocks_config(), 11), 96);
     std::printf("MoE W8A8 against W8A16, FP8 experts (CPU reference, test model):\n%s", r.table().c_str());
     // Measured: moe 3.4-3.6e-2 per layer, resid_mlp 5.7e-4 (layer 0) to 1.2e-3 (layer 3), logits 9.6e-4,
     // mean KL 5e-12, no routing flip, top-1 and greedy 24/24.
