@@ -86,8 +86,9 @@ constexpr int kMaxExperts = 256;
 // Registers per thread after setmaxnreg (the 384 x 168 allotted at launch), per variant: by default the
 // producer keeps 80 (it computes up to 24 chunk addresses per stage; ptxas spills 36-184 bytes at 40-72
 // registers, 0-4 at 80) and the consumers 208 (at most 128 accumulators, or FP8's 64 + 2 x 32 with the
-// two partial sets); FP8's 128 x 128 tiles with two sets hold 64 + 2 x 64 and need 240 (variant 4).
-template <int kMBlocks_, int kBN_, int kStages_, bool kFp8Overlap_, bool kFp8Only_ = false, int kProducerRegs_ = 80,
+// two partial sets); FP8's 128 x 128 tiles with two sets would hold 64 + 2 x 64 (they spilled at 24/240: 5x
+// slower on the H200, docs/fp8.md; removed).
+template <int kMBlocks_, int kBN_, int kStages_, bool kFp8Overlap_, int kProducerRegs_ = 80,
           int kConsumerRegs_ = 208>
 struct Config {
     static constexpr int kMBlocks = kMBlocks_;                // wgmma m64 blocks per consumer warpgroup
@@ -95,7 +96,6 @@ struct Config {
     static constexpr int kBN = kBN_;                          // routed rows per tile (wgmma n)
     static constexpr int kStages = kStages_;
     static constexpr bool kFp8Overlap = kFp8Overlap_;         // FP8: two partial sets (promotion under the MMAs)
-    static constexpr bool kFp8Only = kFp8Only_;               // BF16 does not take the variant
     static constexpr int kProducerRegs = kProducerRegs_, kConsumerRegs = kConsumerRegs_;
     static constexpr int kAcc = kBN / 2;                      // accumulator registers per m-block
     static constexpr int kAStageBytes = kBM * kRowBytes;
@@ -109,16 +109,15 @@ struct Config {
 };
 
 // FP8 keeps the partial accumulators beside the main ones (kMBlocks kBN / 2 registers per set), so it takes
-// only the tiles with kMBlocks · kBN <= 128 (fp8_fits); BF16 takes every one but the FP8-only variant 4.
+// only the tiles with kMBlocks · kBN <= 128 (fp8_fits); BF16 takes every one.
 // Two partial sets (kFp8Overlap) where ptxas keeps them without spilling in the k-loop at the default
 // registers: variant 2 (64 + 2 x 32); variants 1 and 3 (64 + 2 x 64, 2 x (32 + 2 x 32)) spill 30-100
-// LDL/STL per two k-blocks there, so they keep one set; variant 4 is variant 1 with two sets and 240
-// consumer registers (the producer at 24 spills instead), for measuring against variant 1.
+// LDL/STL per two k-blocks there, so they keep one set. Variant 2 with one set measured 3-4% slower
+// than with two at 20b 1024 and 8192 tokens, level at 120b 1024 (H200, 2026-12-02, docs/fp8.md).
 using Variants = std::tuple<Config<2, 128, 4, false>,                 // 0: 256 x 128 tiles (BF16 only; BF16's default from 96 routed rows per expert)
                             Config<1, 128, 6, false>,                 // 1: 128 x 128 tiles (FP8's default from 96 routed rows per expert)
                             Config<1, 64, 8, true>,                   // 2: 128 x 64 tiles (the default below 96 routed rows per expert)
-                            Config<2, 64, 5, false>,                  // 3: 256 x 64 tiles
-                            Config<1, 128, 6, true, true, 24, 240>>;  // 4: FP8 128 x 128 tiles, two partial sets
+                            Config<2, 64, 5, false>>;                 // 3: 256 x 64 tiles
 constexpr int kVariants = int(std::tuple_size_v<Variants>);
 template <int kVariant>
 using Variant = std::tuple_element_t<kVariant, Variants>;
@@ -513,7 +512,7 @@ int moe_matrix_variants() { return mm::kVariants; }
 bool moe_matrix_variant_takes(MatrixFormat format, int variant) {
     if (variant < 0 || variant >= mm::kVariants) return false;
     bool ok = true;
-    with_variant(variant, [&]<class Cfg>() { ok = format == MatrixFormat::bf16 ? !Cfg::kFp8Only : mm::fp8_fits<Cfg>; });
+    with_variant(variant, [&]<class Cfg>() { ok = format == MatrixFormat::bf16 || mm::fp8_fits<Cfg>; });
     return ok;
 }
 
@@ -549,7 +548,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
     if (n_rows == 0) return;
     const int variant = a.variant >= 0 ? a.variant : moe_matrix_variant_for(a.format, a.n_tokens, a.top_k, a.n_experts);
     OSPREY_CHECK(moe_matrix_variant_takes(a.format, variant), "moe matrix experts: variant ", variant, " does not take ",
-                 matrix_format_name(a.format), " weights (0..", mm::kVariants - 1, "; FP8: tiles of at most 128 x 128 or 256 x 64; BF16: not 4)");
+                 matrix_format_name(a.format), " weights (0..", mm::kVariants - 1, ": FP8 takes tiles of at most 128 x 128 or 256 x 64)");
     const int elem = fp8 ? 1 : 2;
     const uint8_t* x1 = reinterpret_cast<const uint8_t*>(a.x);
     const uint8_t* x2 = reinterpret_cast<const uint8_t*>(a.u);
@@ -577,7 +576,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
         if constexpr (mm::fp8_fits<Cfg>) {
             if (fp8) return launch_gemm<Cfg, true, mm::Proj::mlp1>(p1, n_rows, stream);
         }
-        if constexpr (!Cfg::kFp8Only) launch_gemm<Cfg, false, mm::Proj::mlp1>(p1, n_rows, stream);
+        launch_gemm<Cfg, false, mm::Proj::mlp1>(p1, n_rows, stream);
     });
     if (fp8) moe_w4a8_quantize(uq, us, a.u, n_rows, a.d_ff, stream, /*mma_order=*/false);
     with_variant(variant, [&]<class Cfg>() {
@@ -589,7 +588,7 @@ void moe_matrix(const MoeMatrixArgs& a, cudaStream_t stream) {
         if constexpr (mm::fp8_fits<Cfg>) {
             if (fp8) return launch_gemm<Cfg, true, mm::Proj::mlp2>(p2, n_rows, stream);
         }
-        if constexpr (!Cfg::kFp8Only) launch_gemm<Cfg, false, mm::Proj::mlp2>(p2, n_rows, stream);
+        launch_gemm<Cfg, false, mm::Proj::mlp2>(p2, n_rows, stream);
     });
 }
 
