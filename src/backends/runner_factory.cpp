@@ -85,7 +85,19 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
     Runner r;
     r.backend = resolve_backend(o.backend);
     o.layout.check(weights.config);
-    if (o.weights_format) weights = model::convert_weights(std::move(weights), *o.weights_format, o.fp8_parts);
+    // --weights fp8 on one GPU: the MXFP4 experts are requantised on the device as they load
+    // (DeviceWeights::load, kernels/cuda/fp8_quantize.h: the same codes as the host conversion), since the
+    // host would have to hold their FP8 form, 1.9x the bytes (120b: 115 GB beside the mapped checkpoint).
+    const bool experts_on_device = r.backend == "cuda" && o.layout.single() && o.weights_format &&
+                                   *o.weights_format == model::WeightFormat::fp8 && o.fp8_parts.experts &&
+                                   !weights.layers.empty() &&
+                                   weights.layers[0].experts_format() == model::WeightFormat::mxfp4;
+    if (o.weights_format) {
+        model::Fp8Parts host_parts = o.fp8_parts;
+        if (experts_on_device) host_parts.experts = false;
+        if (host_parts.attention || host_parts.experts || host_parts.unembedding || !experts_on_device)
+            weights = model::convert_weights(std::move(weights), *o.weights_format, host_parts);
+    }
     model::KvDtype cpu_kv = model::KvDtype::f32;
     if (o.kv_dtype) {
         OSPREY_CHECK(r.backend == "cuda" || *o.kv_dtype != model::KvDtype::bf16,
@@ -102,7 +114,10 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
 #ifdef OSPREY_HAVE_CUDA
     if (r.backend == "cuda") {
         check_cuda_supports(weights, o);
+        OSPREY_CHECK(!(experts_on_device && o.moe_w4a8), "--moe-gemm w4a8 with --weights fp8: W4A8 runs the ",
+                     "published MXFP4 experts; FP8 experts always run W8A8 on the GPU");
         model::CudaRunnerOptions co;
+        co.experts_to_fp8 = experts_on_device;
         if (o.max_tokens > 0) co.max_tokens = o.max_tokens;
         if (o.max_logit_rows > 0) co.max_logit_rows = o.max_logit_rows;
         if (o.max_slices > 0) co.max_slices = o.max_slices;
@@ -125,6 +140,9 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
             OSPREY_CHECK(o.backend == "auto" && o.fall_back_to_cpu, "--backend ", o.backend, ": ", e.what());
             log::warn("no usable CUDA device (", e.what(), "): using the CPU reference backend");
             r.backend = "cpu";
+            if (experts_on_device)  // the experts the device would have converted, on the host now
+                weights = model::convert_weights(std::move(weights), model::WeightFormat::fp8,
+                                                 {.attention = false, .experts = true, .unembedding = false});
         }
     }
 #endif

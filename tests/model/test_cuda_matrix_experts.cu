@@ -25,6 +25,7 @@
 #include <random>
 #include <string>
 
+#include "kernels/cuda/moe_mlp_matrix.h"
 #include "model/cuda/gpt_oss_cuda.h"
 #include "model/cuda/parallel_cuda.h"
 #include "model/gpt_oss_ref.h"
@@ -225,6 +226,46 @@ TEST_P(MatrixExperts, parallel_layouts_match_one_gpu) {
 
 INSTANTIATE_TEST_SUITE_P(formats, MatrixExperts, ::testing::Values(WeightFormat::bf16, WeightFormat::fp8),
                          [](const auto& info) { return std::string(weight_format_name(info.param)); });
+
+// --weights fp8 on one GPU requantises the MXFP4 experts on the device as they load (DeviceWeights::load
+// with experts_to_fp8, kernels/cuda/fp8_quantize.h): its codes and multipliers must be the host
+// conversion's, bit for bit, including partial blocks (partial_blocks_config: d_model 160 = 1.25 blocks
+// of columns in mlp1 and of rows in mlp2, d_ff 192 = 1.5 blocks of mlp2's columns) and 32-element
+// groups whose scale differs within a block (every synthetic checkpoint).
+TEST(MatrixExpertsDeviceConversion, codes_and_multipliers_equal_the_host_conversion) {
+    const Weights partial =
+        Weights::load(test::synthetic_checkpoint("cuda-matrix-partial", test::partial_blocks_config(), 23));
+    for (const Weights* pub : {&published("tiny"), &partial}) {
+        const DeviceWeights host =
+            DeviceWeights::load(convert_weights(*pub, WeightFormat::fp8, parse_fp8_parts("experts")), false);
+        const DeviceWeights dev = DeviceWeights::load(*pub, false, /*experts_to_fp8=*/true);
+        ASSERT_EQ(host.layers.size(), dev.layers.size());
+        for (size_t l = 0; l < host.layers.size(); ++l) {
+            const DeviceLayer& a = host.layers[l];
+            const DeviceLayer& b = dev.layers[l];
+            ASSERT_EQ(b.experts, WeightFormat::fp8);
+            EXPECT_EQ(b.mlp1_blocks.size(), 0u);  // no MXFP4 copy is kept
+            ASSERT_EQ(a.mlp1_w.size(), b.mlp1_w.size());
+            ASSERT_EQ(a.mlp2_w.size(), b.mlp2_w.size());
+            ASSERT_EQ(a.mlp1_w_scale.size(), b.mlp1_w_scale.size());
+            ASSERT_EQ(a.mlp2_w_scale.size(), b.mlp2_w_scale.size());
+            EXPECT_TRUE(a.mlp1_w.download() == b.mlp1_w.download()) << "layer " << l << " mlp1 codes";
+            EXPECT_TRUE(a.mlp2_w.download() == b.mlp2_w.download()) << "layer " << l << " mlp2 codes";
+            EXPECT_TRUE(a.mlp1_w_scale.download() == b.mlp1_w_scale.download()) << "layer " << l << " mlp1 multipliers";
+            EXPECT_TRUE(a.mlp2_w_scale.download() == b.mlp2_w_scale.download()) << "layer " << l << " mlp2 multipliers";
+        }
+        // The runner takes the same route (CudaRunnerOptions::experts_to_fp8, what --weights fp8 sets),
+        // where the matrix-expert kernels take the widths (multiples of 64: not d_model 160, which the
+        // runner refuses by name, as it does the host-converted experts).
+        CudaRunnerOptions o = gpu_options(false);
+        o.experts_to_fp8 = true;
+        if (cuda::moe_matrix_supports(pub->config.d_model, pub->config.d_ff)) {
+            EXPECT_NO_THROW({ CudaRunner runner(*pub, o); });
+        } else {
+            EXPECT_THROW({ CudaRunner runner(*pub, o); }, Error);
+        }
+    }
+}
 
 TEST(MatrixExpertsErrors, refusals) {
     // W4A8 is an MXFP4 path.

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include "core/fp8.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+#include "kernels/cuda/fp8_quantize.h"
 
 namespace osprey::model {
 namespace {
@@ -55,6 +57,8 @@ public:
 
     // The copies queued so far have finished (their host sources may be freed).
     void finish_pending() { stream_.sync(); }
+    // The stream the copies run on: work enqueued here sees every copy queued before it.
+    cudaStream_t stream() const { return stream_; }
 
     void finish() {
         stream_.sync();
@@ -286,14 +290,67 @@ void upload_matrix_expert_piece(Up& up, DeviceLayer& dl, const LayerWeights& l, 
 
 }  // namespace
 
-DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
+namespace {
+
+// FP8 block-quantised experts of every layer: E4M3 codes and F32 multipliers of mlp1 [E, 2I, H] and
+// mlp2 [E, H, I] (what the host conversion would hold).
+size_t fp8_expert_bytes(const Config& c) {
+    auto nb = [](size_t n) { return (n + 127) / 128; };
+    const size_t E = size_t(c.n_experts), H = size_t(c.d_model), I = size_t(c.d_ff);
+    return size_t(c.n_layers) * E * (3 * I * H + sizeof(float) * (nb(2 * I) * nb(H) + nb(H) * nb(I)));
+}
+
+// Layer l's MXFP4 experts (blocks and scales of both projections), in bytes.
+size_t mxfp4_layer_bytes(const LayerWeights& l) {
+    return l.mlp1_blocks.nbytes() + l.mlp1_scales.nbytes() + l.mlp2_blocks.nbytes() + l.mlp2_scales.nbytes();
+}
+
+// One projection's MXFP4 experts ([E, rows, cols / 32, 16] blocks, [E, rows, cols / 32] scales) copied into
+// the staging buffers and requantised on the GPU into `codes` / `scale` (kernels/cuda/fp8_quantize.h).
+template <class Up>
+void upload_mxfp4_as_fp8(Up& up, const TensorView& blocks, const TensorView& scales, cuda::DeviceBuffer<uint8_t>& stage_b,
+                         cuda::DeviceBuffer<uint8_t>& stage_s, cuda::DeviceBuffer<uint8_t>& codes,
+                         cuda::DeviceBuffer<float>& scale) {
+    OSPREY_CHECK(blocks.shape.size() == 4 && blocks.shape[3] == 16 && scales.numel() * 16 == blocks.numel() &&
+                     blocks.nbytes() <= stage_b.bytes() && scales.nbytes() <= stage_s.bytes(),
+                 blocks.name, ": expected MXFP4 blocks [E, rows, groups, 16] with their scales, got ",
+                 blocks.describe(), " and ", scales.describe());
+    const int E = int(blocks.shape[0]), rows = int(blocks.shape[1]), cols = int(blocks.shape[2] * 32);
+    up.copy(stage_b.get(), blocks.data, blocks.nbytes());
+    up.copy(stage_s.get(), scales.data, scales.nbytes());
+    codes.resize(size_t(E) * rows * cols);
+    scale.resize(size_t(E) * ((rows + 127) / 128) * ((cols + 127) / 128));
+    cuda::mxfp4_to_fp8_blocks({.blocks = stage_b.get(), .scales = stage_s.get(), .n_mats = E, .rows = rows, .cols = cols,
+                               .codes = codes.get(), .scale_inv = scale.get()},
+                              up.stream());
+}
+
+}  // namespace
+
+DeviceWeights DeviceWeights::load(const Weights& w, bool progress, bool experts_to_fp8) {
     cuda::require_device();
     const auto t0 = std::chrono::steady_clock::now();
     DeviceWeights d;
     d.config = w.config;
     const Config& c = w.config;
-    check_device_memory(w, tensor_bytes(w), expert_bytes(w));
+    // MXFP4 experts requantised on the device: the staging buffers hold one projection of one layer.
+    const bool convert = experts_to_fp8 && !w.layers.empty() && w.layers[0].experts_format() == WeightFormat::mxfp4;
+    size_t stage_blocks = 0, stage_scales = 0;
+    if (convert) {
+        size_t mxfp4 = 0;
+        for (const LayerWeights& l : w.layers) {
+            OSPREY_CHECK(l.experts_format() == WeightFormat::mxfp4, l.mlp1_w.name, ": the layers' experts mix formats");
+            mxfp4 += mxfp4_layer_bytes(l);
+            stage_blocks = std::max({stage_blocks, l.mlp1_blocks.nbytes(), l.mlp2_blocks.nbytes()});
+            stage_scales = std::max({stage_scales, l.mlp1_scales.nbytes(), l.mlp2_scales.nbytes()});
+        }
+        const size_t fp8 = fp8_expert_bytes(c);
+        check_device_memory(w, tensor_bytes(w) - mxfp4 + fp8 + stage_blocks + stage_scales, fp8);
+    } else {
+        check_device_memory(w, tensor_bytes(w), expert_bytes(w));
+    }
     Uploader up(w.total_bytes(), progress);
+    cuda::DeviceBuffer<uint8_t> stage_b(stage_blocks), stage_s(stage_scales);
 
     check_bf16(w.embedding);
     up.upload(d.embedding, w.embedding);
@@ -324,7 +381,11 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
         up.upload(dl.router_w, l.router_w);
         upload_f32(dl.router_b, l.router_b);
         dl.experts = l.experts_format();
-        if (dl.experts == WeightFormat::mxfp4) {
+        if (convert) {  // each projection staged, then quantised on the uploader's stream (in order)
+            upload_mxfp4_as_fp8(up, l.mlp1_blocks, l.mlp1_scales, stage_b, stage_s, dl.mlp1_w, dl.mlp1_w_scale);
+            upload_mxfp4_as_fp8(up, l.mlp2_blocks, l.mlp2_scales, stage_b, stage_s, dl.mlp2_w, dl.mlp2_w_scale);
+            dl.experts = WeightFormat::fp8;
+        } else if (dl.experts == WeightFormat::mxfp4) {
             up.upload(dl.mlp1_blocks, l.mlp1_blocks);
             up.upload(dl.mlp1_scales, l.mlp1_scales);
             up.upload(dl.mlp2_blocks, l.mlp2_blocks);
@@ -347,6 +408,7 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress) {
     up.finish();
     d.stats.bytes = d.device_bytes();
     d.stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (convert) log::info("cuda: experts requantised to FP8 128 x 128 blocks on the device while loading");
     return d;
 }
 

@@ -76,7 +76,10 @@ struct LoadStats {
 class DeviceWeights {
 public:
     // Copies every tensor of `w` to the current device. progress: draw a bar on stderr.
-    static DeviceWeights load(const Weights& w, bool progress);
+    // experts_to_fp8: MXFP4 experts are requantised on the device to FP8 blocks as they arrive
+    // (kernels/cuda/fp8_quantize.h: the codes and multipliers of the host conversion, bit for bit), so
+    // the host never holds the FP8 experts; `--weights fp8` on one GPU loads this way.
+    static DeviceWeights load(const Weights& w, bool progress, bool experts_to_fp8 = false);
     // One rank's piece of a parallel layout (model/parallel_layout.h): q/k/v rows, sinks and the
     // out-projection's columns of its heads (out_b zero unless piece.out_bias), its experts with
     // intermediate columns [ff.first, ff.end()) padded with zero weights to d_ff_padded (a whole

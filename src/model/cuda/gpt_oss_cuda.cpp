@@ -131,8 +131,9 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
       options_(options),
       dims_(make_dims(config_, options_)),
       weights_(options.shard ? DeviceWeights::load(weights, options.progress, options.shard->piece, dims_.d_ff)
-                             : DeviceWeights::load(weights, options.progress)),
+                             : DeviceWeights::load(weights, options.progress, options.experts_to_fp8)),
       rope_(config_, config_.max_position) {
+    OSPREY_CHECK(!(options.shard && options.experts_to_fp8), "cuda runner: experts_to_fp8 loads a whole model only");
     const Config& c = config_;
     if (sharded()) {
         // The same-device communicator synchronises on the host inside collectives, which a graph

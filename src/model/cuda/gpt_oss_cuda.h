@@ -50,6 +50,9 @@ struct CudaRunnerOptions {
     // The MoE of prefill-sized batches on the W4A8 FP8 wgmma GEMMs (kernels/cuda/moe_mlp_w4a8.h) instead
     // of W4A16; also turned on by $OSPREY_MOE_W4A8=1. The CLI's --moe-gemm w4a8.
     bool moe_w4a8 = false;
+    // The weights' MXFP4 experts are loaded as FP8 blocks, requantised on the GPU (DeviceWeights::load):
+    // `--weights fp8` with the experts on one GPU (the host keeps only the MXFP4 bytes). Whole model only.
+    bool experts_to_fp8 = false;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the
