@@ -210,7 +210,56 @@ void convert_experts(Weights& w, LayerWeights& L, WeightFormat format, bool part
     L.mlp1_w = w1, L.mlp1_scale = sc1, L.mlp2_w = w2, L.mlp2_scale = sc2;
 }
 
+// Bytes of one matrix (or stack) held in `format` after conversion: FP8 codes plus their multipliers, or BF16.
+size_t converted_bytes(const MatrixSource& src, WeightFormat format) {
+    const size_t elems = size_t(src.n_mats * src.rows * src.cols);
+    return format == WeightFormat::fp8 ? elems + size_t(src.n_bands() * fp8::n_blocks(src.cols)) * sizeof(float)
+                                       : elems * sizeof(bf16);
+}
+
+// MemAvailable of /proc/meminfo in bytes, or 0 where it cannot be read (no check then).
+size_t host_memory_available() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    std::fclose(f);
+    return kb * 1024;
+}
+
 }  // namespace
+
+size_t conversion_bytes(const Weights& w, WeightFormat format, const Fp8Parts& parts) {
+    if (format == WeightFormat::mxfp4) return 0;
+    size_t n = 0;
+    auto linear = [&](const TensorView& view, const TensorView& scale, bool part) {
+        const bool is_fp8 = view.dtype == DType::fp8_e4m3;
+        if (format == WeightFormat::fp8 && part && !is_fp8) n += converted_bytes(linear_source(view), format);
+        if (format == WeightFormat::bf16 && is_fp8) n += converted_bytes(linear_source(view, scale), format);
+    };
+    for (const LayerWeights& L : w.layers) {
+        for (const auto& [v, sc] : {std::pair{&L.q_w, &L.q_scale}, {&L.k_w, &L.k_scale}, {&L.v_w, &L.v_scale},
+                                    {&L.out_w, &L.out_scale}})
+            linear(*v, *sc, parts.attention);
+        const WeightFormat now = L.experts_format();
+        if (now == format || (format == WeightFormat::fp8 && !parts.experts)) continue;
+        for (const auto& [b, sc, m, msc] : {std::tuple{&L.mlp1_blocks, &L.mlp1_scales, &L.mlp1_w, &L.mlp1_scale},
+                                            std::tuple{&L.mlp2_blocks, &L.mlp2_scales, &L.mlp2_w, &L.mlp2_scale}})
+            n += converted_bytes(now == WeightFormat::mxfp4 ? mxfp4_source(*b, *sc) : linear_source(*m, *msc), format);
+    }
+    linear(w.unembedding, w.unembedding_scale, parts.unembedding);
+    return n;
+}
+
+void check_conversion_memory(size_t need, size_t available, WeightFormat format) {
+    OSPREY_CHECK(available == 0 || need <= available, "--weights ", weight_format_name(format),
+                 ": converting at load needs ", double(need) / 1e9, " GB of host memory for the converted tensors, ",
+                 "and ", double(available) / 1e9, " GB is available (MemAvailable). On one GPU the CUDA backend ",
+                 "converts the experts on the device instead; otherwise convert fewer parts (--convert), or ahead of ",
+                 "time with `osprey convert --to fp8` into a folder on a disk with room, and load that");
+}
 
 Weights convert_weights(Weights w, WeightFormat format, const Fp8Parts& parts, ThreadPool& pool) {
     if (format == WeightFormat::mxfp4) {
@@ -223,6 +272,9 @@ Weights convert_weights(Weights w, WeightFormat format, const Fp8Parts& parts, T
                      w.formats(), " (load the published checkpoint, or use --weights fp8|bf16)");
         return w;
     }
+    // Refused up front, naming the need, rather than dying half way for lack of memory (120b --weights fp8
+    // holds 115 GB of FP8 experts).
+    check_conversion_memory(conversion_bytes(w, format, parts), host_memory_available(), format);
     const auto t0 = std::chrono::steady_clock::now();
     for (LayerWeights& L : w.layers) {
         convert_linear(w, L.q_w, L.q_scale, format, parts.attention, pool);

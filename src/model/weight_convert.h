@@ -43,6 +43,12 @@ WeightFormat parse_weight_format(std::string_view name, std::string_view flag = 
 //          dequantised and rounded to BF16).
 Weights convert_weights(Weights weights, WeightFormat format, const Fp8Parts& parts = {},
                         ThreadPool& pool = ThreadPool::global());
+// The host bytes convert_weights(w, format, parts) allocates for what it converts (codes and multipliers,
+// or BF16 elements). convert_weights refuses up front (check_conversion_memory) when that exceeds the
+// host's MemAvailable, naming both, instead of running out of memory half way.
+size_t conversion_bytes(const Weights& w, WeightFormat format, const Fp8Parts& parts = {});
+// Throws, naming the figures and the ways out, when need > available (available 0: unknown, no check).
+void check_conversion_memory(size_t need, size_t available, WeightFormat format);
 
 // A stack of n_mats [rows, cols] matrices readable row by row as exact FP32 values.
 struct MatrixSource {

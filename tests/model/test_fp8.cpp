@@ -184,6 +184,41 @@ TEST(fp8_checkpoint, load_time_conversion_equals_the_converter_byte_for_byte) {
     }
 }
 
+// convert_weights checks the host memory it is about to take: conversion_bytes is exactly what the
+// converted tensors hold, for each format and choice of parts, and a need beyond what is available is
+// refused by name.
+TEST(fp8_checkpoint, conversion_bytes_are_what_the_conversion_allocates) {
+    const Weights pub = Weights::load(published());
+    auto held = [](const Weights& w) {
+        size_t n = 0;
+        w.for_each([&](const TensorView& v) {
+            if (v.name.find(" at load)") != std::string::npos) n += v.nbytes();
+        });
+        return n;
+    };
+    for (const char* parts : {"attention,experts,unembedding", "attention", "experts", "unembedding"}) {
+        const Fp8Parts p = parse_fp8_parts(parts);
+        EXPECT_EQ(conversion_bytes(pub, WeightFormat::fp8, p), held(convert_weights(Weights::load(published()),
+                                                                                   WeightFormat::fp8, p)))
+            << parts;
+    }
+    EXPECT_EQ(conversion_bytes(pub, WeightFormat::bf16), held(convert_weights(Weights::load(published()), WeightFormat::bf16)));
+    EXPECT_EQ(conversion_bytes(pub, WeightFormat::mxfp4), 0u);
+    const Weights fp8 = Weights::load(converted());  // already FP8: nothing more to hold for fp8
+    EXPECT_EQ(conversion_bytes(fp8, WeightFormat::fp8), 0u);
+    EXPECT_EQ(conversion_bytes(fp8, WeightFormat::bf16), held(convert_weights(Weights::load(converted()), WeightFormat::bf16)));
+    EXPECT_NO_THROW(check_conversion_memory(100, 200, WeightFormat::fp8));
+    EXPECT_NO_THROW(check_conversion_memory(100, 0, WeightFormat::fp8));  // unknown: no check
+    try {
+        check_conversion_memory(size_t(115e9), size_t(60e9), WeightFormat::fp8);
+        ADD_FAILURE() << "no refusal";
+    } catch (const Error& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("115 GB of host memory"), std::string::npos) << m;
+        EXPECT_NE(m.find("60 GB is available"), std::string::npos) << m;
+    }
+}
+
 TEST(fp8_checkpoint, chosen_parts_only_and_mxfp4_cannot_come_back) {
     const fs::path out = converted("attention", parse_fp8_parts("attention"));
     const Weights w = Weights::load(out);
