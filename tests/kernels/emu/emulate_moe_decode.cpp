@@ -16,31 +16,10 @@
 
 namespace osprey::cuda {
 
-// One grid, block after block, a std::thread per CUDA thread.
+// One grid, block after block, a std::thread per CUDA thread (moe_decode_emulation.h).
 template <Proj kProj>
 void emu_grid(const Params& p, int grid, size_t smem) {
-    std::vector<uint8_t> dyn(smem + 256);
-    for (int b = 0; b < grid; ++b) {
-        std::fill(dyn.begin(), dyn.end(), 0xFF);
-        g_dyn_smem = dyn.data() + (128 - reinterpret_cast<uintptr_t>(dyn.data()) % 128) % 128;
-        std::barrier<> block(kThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < kWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_slots.assign(kWarps, Slot{});
-        g_mma.assign(kWarps, {});
-        gridDim.x = unsigned(grid);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                moe_decode_kernel<kProj>(p);
-            });
-        for (auto& th : threads) th.join();
-    }
+    for (int b = 0; b < grid; ++b) emu_run_mma_cta(b, grid, kThreads, smem, [&] { moe_decode_kernel<kProj>(p); });
 }
 
 void emu_moe_decode(const MoeDecodeArgs& a, int max_ctas, int& grid1, int& grid2) {

@@ -32,69 +32,15 @@
 
 namespace osprey::cuda {
 
-void setup_block(int threads) {
-    static std::vector<std::unique_ptr<std::barrier<>>> warps, wgs;
-    static std::unique_ptr<std::barrier<>> block;
-    block = std::make_unique<std::barrier<>>(threads);
-    warps.clear(), wgs.clear();
-    for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-    for (int w = 0; w < threads / 128; ++w) wgs.push_back(std::make_unique<std::barrier<>>(128));
-    g_block = block.get();
-    g_warp.clear();
-    for (auto& w : warps) g_warp.push_back(w.get());
-    g_warpgroup.clear();
-    for (auto& w : wgs) g_warpgroup.push_back(w.get());
-    g_slots.assign(threads / 32, Slot{});
-    g_wgmma.assign(threads, {});
-}
-
 template <class Cfg, bool kFp8, matrix_gemm::Proj kProj>
 void emu_grid(const matrix_gemm::Params& p, int grid) {
-    const size_t smem = matrix_gemm::smem_bytes<Cfg>();
-    std::vector<uint8_t> buf(smem + 2048);
-    g_smem_window = buf.data() + (1024 - reinterpret_cast<uintptr_t>(buf.data()) % 1024) % 1024;
-    for (int b = 0; b < grid; ++b) {
-        std::fill(buf.begin(), buf.end(), 0xFF);
-        g_dyn_smem = g_smem_window + 16;
-        setup_block(matrix_gemm::kThreads);
-        gridDim.x = unsigned(grid);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < matrix_gemm::kThreads; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                matrix_gemm::moe_matrix_kernel<Cfg, kFp8, kProj>(p);
-            });
-        for (auto& th : threads) th.join();
-        for (const WgmmaQueue& q : g_wgmma)
-            if (!q.ops.empty()) {
-                std::fprintf(stderr, "CTA %d: a thread exited with %zu wgmma operations never waited for\n", b,
-                             q.ops.size());
-                std::abort();
-            }
-    }
+    emu_run_grid(grid, matrix_gemm::kThreads, matrix_gemm::smem_bytes<Cfg>(),
+                 [&] { matrix_gemm::moe_matrix_kernel<Cfg, kFp8, kProj>(p); });
 }
 
 // moe_w4a8_quantize(..., mma_order = false): the codes in natural order.
 void emu_quantize(std::vector<uint8_t>& q, std::vector<float>& s, const std::vector<bf16>& x, int n_rows, int n) {
-    const int n_kb = (n + 127) / 128;
-    q.assign(size_t(n_rows) * n, 0xEE);
-    s.assign(size_t(n_rows) * n_kb, NAN);
-    const int block = 256;
-    const int64_t grid = (int64_t(n_rows) * n_kb * 32 + block - 1) / block;
-    for (int64_t b = 0; b < grid; ++b) {
-        setup_block(block);
-        blockDim.x = block;
-        std::vector<std::thread> threads;
-        for (int t = 0; t < block; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                w4a8::quantize_kernel<false>(q.data(), s.data(), reinterpret_cast<const __nv_bfloat16*>(x.data()),
-                                             n_rows, n, n_kb);
-            });
-        for (auto& th : threads) th.join();
-    }
+    emu_quantize_rows([](auto... a) { w4a8::quantize_kernel<false>(a...); }, q, s, x, n_rows, n);
 }
 
 }  // namespace osprey::cuda

@@ -30,31 +30,10 @@ int moe_mid_default_variant() {
 
 // Runs CTAs `ctas` (all when empty) of a grid of `grid` CTAs, one after the other.
 void emu_grid(void (*kernel)(Params), const Params& p, int grid, size_t smem, const std::vector<int>& ctas) {
-    std::vector<uint8_t> dyn(smem + 256);
     std::vector<int> run = ctas;
     if (run.empty())
         for (int b = 0; b < grid; ++b) run.push_back(b);
-    for (int b : run) {
-        std::fill(dyn.begin(), dyn.end(), 0xFF);
-        g_dyn_smem = dyn.data() + (128 - reinterpret_cast<uintptr_t>(dyn.data()) % 128) % 128;
-        std::barrier<> block(kThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < kWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_slots.assign(kWarps, Slot{});
-        g_mma.assign(kWarps, {});
-        gridDim.x = unsigned(grid);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                kernel(p);
-            });
-        for (auto& th : threads) th.join();
-    }
+    for (int b : run) emu_run_mma_cta(b, grid, kThreads, smem, [&] { kernel(p); });
 }
 
 Plan emu_plan(const MoeMidArgs& a, int v) {

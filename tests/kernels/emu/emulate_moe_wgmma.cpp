@@ -28,43 +28,13 @@ namespace osprey::cuda {
 
 using namespace moe_wgmma;
 
-// One persistent grid, CTA after CTA, a std::thread per CUDA thread.
+// One persistent grid, CTA after CTA, a std::thread per CUDA thread (moe_wgmma_emulation.h).
 template <class Cfg, Proj kProj>
 void emu_grid(const Params& p, int grid) {
-    const size_t smem = smem_bytes<Cfg>(p.n_groups);
-    std::vector<uint8_t> buf(smem + 2048);
-    g_smem_window = buf.data() + (1024 - reinterpret_cast<uintptr_t>(buf.data()) % 1024) % 1024;
-    for (int b = 0; b < grid; ++b) {
-        std::fill(buf.begin(), buf.end(), 0xFF);
-        g_dyn_smem = g_smem_window + 16;
-        std::barrier<> block(kThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps, wgs;
-        for (int w = 0; w < kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        for (int w = 0; w < kThreads / 128; ++w) wgs.push_back(std::make_unique<std::barrier<>>(128));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_warpgroup.clear();
-        for (auto& w : wgs) g_warpgroup.push_back(w.get());
-        g_slots.assign(kThreads / 32, Slot{});
-        g_wgmma.assign(kThreads, {});
-        gridDim.x = unsigned(grid);
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kThreads; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                if constexpr (Cfg::kSS) moe_wgmma_ss_kernel<Cfg, kProj>(p);
-                else moe_wgmma_kernel<Cfg, kProj>(p);
-            });
-        for (auto& th : threads) th.join();
-        for (const WgmmaQueue& q : g_wgmma)
-            if (!q.ops.empty()) {
-                std::fprintf(stderr, "CTA %d: a thread exited with %zu wgmma operations never waited for\n", b,
-                             q.ops.size());
-                std::abort();
-            }
-    }
+    emu_run_grid(grid, kThreads, smem_bytes<Cfg>(p.n_groups), [&] {
+        if constexpr (Cfg::kSS) moe_wgmma_ss_kernel<Cfg, kProj>(p);
+        else moe_wgmma_kernel<Cfg, kProj>(p);
+    });
 }
 
 template <class Cfg>

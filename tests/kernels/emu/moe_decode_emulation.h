@@ -9,12 +9,15 @@
 
 #include <array>
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "core/bf16.h"
@@ -207,6 +210,32 @@ inline void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a
     }
     wbar();
     for (int i = 0; i < 4; ++i) c[i] = d[i];
+}
+
+// CTA b of a grid of `grid` (gridDim.x, blockIdx.x) of the mma.sync kernels (moe_decode, moe_mid) as `threads`
+// std::threads each calling kernel(): fresh block and warp barriers, shuffle slots and mma fragments, and
+// smem bytes of dynamic shared memory (g_dyn_smem, 128-byte aligned) that start as 0xFF.
+template <class Kernel>
+void emu_run_mma_cta(int b, int grid, int threads, size_t smem, Kernel&& kernel) {
+    std::vector<uint8_t> dyn(smem + 256, 0xFF);
+    g_dyn_smem = dyn.data() + (128 - reinterpret_cast<uintptr_t>(dyn.data()) % 128) % 128;
+    std::barrier<> block(threads);
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+    g_block = &block;
+    g_warp.clear();
+    for (auto& w : warps) g_warp.push_back(w.get());
+    g_slots.assign(size_t(threads) / 32, Slot{});
+    g_mma.assign(size_t(threads) / 32, {});
+    gridDim.x = unsigned(grid);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            threadIdx.x = unsigned(t);
+            blockIdx.x = unsigned(b);
+            kernel();
+        });
+    for (auto& th : pool) th.join();
 }
 
 }  // namespace osprey::cuda

@@ -59,4 +59,22 @@ inline uint32_t e4m3x4(float a, float b, float c, float d) {
            uint32_t(fp8::float_to_e4m3(c)) << 16 | uint32_t(fp8::float_to_e4m3(d)) << 24;
 }
 
+// The activation quantisation (moe_mlp_w4a8.cu's quantize_kernel, passed as `kernel`: a callable taking
+// its arguments) over n_rows rows of n BF16 values: q [n_rows, n] codes and s [n_rows, ceil(n / 128)]
+// scales, both poisoned first; its grid of 256-thread CTAs (32 threads per 128-value block) run one by one.
+template <class Kernel>
+void emu_quantize_rows(Kernel&& kernel, std::vector<uint8_t>& q, std::vector<float>& s, const std::vector<bf16>& x,
+                       int n_rows, int n) {
+    const int n_kb = (n + 127) / 128;
+    q.assign(size_t(n_rows) * n, 0xEE);
+    s.assign(size_t(n_rows) * n_kb, NAN);
+    const int block = 256;
+    const int grid = int((int64_t(n_rows) * n_kb * 32 + block - 1) / block);
+    blockDim.x = unsigned(block);
+    for (int b = 0; b < grid; ++b)
+        emu_run_cta(b, grid, block, [&] {
+            kernel(q.data(), s.data(), reinterpret_cast<const __nv_bfloat16*>(x.data()), n_rows, n, n_kb);
+        });
+}
+
 }  // namespace osprey::cuda

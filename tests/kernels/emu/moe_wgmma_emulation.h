@@ -24,7 +24,12 @@
 //   - setmaxnreg, wgmma.fence, fence.proxy.async, PDL: no-ops.
 #pragma once
 
+#include <algorithm>
 #include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/fp8.h"
@@ -190,6 +195,60 @@ void wgmma_wait() {
     me.ops.erase(me.ops.begin(), me.ops.begin() + long(n_exec));
     while (!me.group_ends.empty() && me.group_ends.front() <= n_exec) me.group_ends.erase(me.group_ends.begin());
     for (size_t& e : me.group_ends) e -= n_exec;
+}
+
+// ---- the drivers' CTA launch (emulate_moe_wgmma.cpp, emulate_moe_w4a8.cpp, emulate_moe_matrix.cpp) ----
+
+// The block-level state of `threads` emulated CUDA threads: block, warp and warpgroup barriers, the warp
+// shuffle slots and an empty wgmma queue per thread.
+inline void emu_setup_block(int threads) {
+    static std::vector<std::unique_ptr<std::barrier<>>> warps, wgs;
+    static std::unique_ptr<std::barrier<>> block;
+    block = std::make_unique<std::barrier<>>(threads);
+    warps.clear(), wgs.clear();
+    for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+    for (int w = 0; w < threads / 128; ++w) wgs.push_back(std::make_unique<std::barrier<>>(128));
+    g_block = block.get();
+    g_warp.clear();
+    for (auto& w : warps) g_warp.push_back(w.get());
+    g_warpgroup.clear();
+    for (auto& w : wgs) g_warpgroup.push_back(w.get());
+    g_slots.assign(size_t(threads) / 32, Slot{});
+    g_wgmma.assign(size_t(threads), {});
+}
+
+// CTA b of a grid of `grid` (gridDim.x, blockIdx.x), as `threads` std::threads each calling kernel(); then
+// aborts if a thread left wgmma operations it never waited for (a missing wait_group).
+template <class Kernel>
+void emu_run_cta(int b, int grid, int threads, Kernel&& kernel) {
+    emu_setup_block(threads);
+    gridDim.x = unsigned(grid);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            threadIdx.x = unsigned(t);
+            blockIdx.x = unsigned(b);
+            kernel();
+        });
+    for (auto& th : pool) th.join();
+    for (const WgmmaQueue& q : g_wgmma)
+        if (!q.ops.empty()) {
+            std::fprintf(stderr, "CTA %d: a thread exited with %zu wgmma operations never waited for\n", b, q.ops.size());
+            std::abort();
+        }
+}
+
+// A persistent grid, CTA after CTA, over dynamic shared memory of smem_bytes that starts as 0xFF in every CTA
+// (g_dyn_smem 16 bytes into a 1024-byte aligned window, as the kernels' static part puts it).
+template <class Kernel>
+void emu_run_grid(int grid, int threads, size_t smem_bytes, Kernel&& kernel) {
+    std::vector<uint8_t> buf(smem_bytes + 2048);
+    g_smem_window = buf.data() + (1024 - reinterpret_cast<uintptr_t>(buf.data()) % 1024) % 1024;
+    for (int b = 0; b < grid; ++b) {
+        std::fill(buf.begin(), buf.end(), 0xFF);
+        g_dyn_smem = g_smem_window + 16;
+        emu_run_cta(b, grid, threads, kernel);
+    }
 }
 
 }  // namespace osprey::cuda
