@@ -52,6 +52,10 @@ summary="$out/summary.txt"
 failures=0
 
 note() { echo "$*" | tee -a "$summary"; }
+# The failed gtest cases named in a log, once each (at most 5).
+failed_cases() {
+  grep -E '^\[  FAILED  \] [^0-9]' "$1" | sed 's/^\[  FAILED  \] //; s/ (.*//' | sort -u | head -5 | tr '\n' ' '
+}
 # run NAME CMD...: runs CMD with its output in $out/NAME.log, notes PASS/FAIL and the time taken.
 # Each command is cut off after $OSPREY_SUITE_TIMEOUT seconds (default 900; rc 124 then), so that one slow
 # binary cannot take a whole lent-device call; a gtest binary's summary notes its failed cases.
@@ -64,7 +68,7 @@ run() {
     note "PASS $name ($((SECONDS - t0)) s)"
   else
     local failed
-    failed="$(grep -E '^\[  FAILED  \] [^0-9]' "$out/$name.log" | sed 's/^\[  FAILED  \] //; s/ (.*//' | sort -u | head -5 | tr '\n' ' ')"
+    failed="$(failed_cases "$out/$name.log")"
     note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', timed out'), $((SECONDS - t0)) s): see $name.log ${failed}"
     failures=$((failures + 1))
   fi
@@ -95,7 +99,7 @@ run_sharded() {
     note "PASS $name ($ok cases in $n shards, $((SECONDS - t0)) s)"
   else
     local failed
-    failed="$(grep -E '^\[  FAILED  \] [^0-9]' "$out/$name.log" | sed 's/^\[  FAILED  \] //; s/ (.*//' | sort -u | head -5 | tr '\n' ' ')"
+    failed="$(failed_cases "$out/$name.log")"
     note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', a shard timed out'), $ok cases passed, $((SECONDS - t0)) s): see $name.log ${failed}"
     failures=$((failures + 1))
   fi

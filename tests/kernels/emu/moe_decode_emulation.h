@@ -212,6 +212,20 @@ inline void mma_bf16(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a
     for (int i = 0; i < 4; ++i) c[i] = d[i];
 }
 
+// CTA b's `threads` CUDA threads, a std::thread each (threadIdx.x, blockIdx.x set), each calling kernel();
+// returns when all have ended. The caller sets up the block's barriers and gridDim first.
+template <class Kernel>
+void emu_threads(int b, int threads, Kernel&& kernel) {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            threadIdx.x = unsigned(t);
+            blockIdx.x = unsigned(b);
+            kernel();
+        });
+    for (auto& th : pool) th.join();
+}
+
 // CTA b of a grid of `grid` (gridDim.x, blockIdx.x) of the mma.sync kernels (moe_decode, moe_mid) as `threads`
 // std::threads each calling kernel(): fresh block and warp barriers, shuffle slots and mma fragments, and
 // smem bytes of dynamic shared memory (g_dyn_smem, 128-byte aligned) that start as 0xFF.
@@ -228,14 +242,7 @@ void emu_run_mma_cta(int b, int grid, int threads, size_t smem, Kernel&& kernel)
     g_slots.assign(size_t(threads) / 32, Slot{});
     g_mma.assign(size_t(threads) / 32, {});
     gridDim.x = unsigned(grid);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-            threadIdx.x = unsigned(t);
-            blockIdx.x = unsigned(b);
-            kernel();
-        });
-    for (auto& th : pool) th.join();
+    emu_threads(b, threads, kernel);
 }
 
 }  // namespace osprey::cuda

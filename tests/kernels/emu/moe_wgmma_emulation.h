@@ -223,14 +223,7 @@ template <class Kernel>
 void emu_run_cta(int b, int grid, int threads, Kernel&& kernel) {
     emu_setup_block(threads);
     gridDim.x = unsigned(grid);
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t)
-        pool.emplace_back([&, t] {
-            threadIdx.x = unsigned(t);
-            blockIdx.x = unsigned(b);
-            kernel();
-        });
-    for (auto& th : pool) th.join();
+    emu_threads(b, threads, kernel);
     for (const WgmmaQueue& q : g_wgmma)
         if (!q.ops.empty()) {
             std::fprintf(stderr, "CTA %d: a thread exited with %zu wgmma operations never waited for\n", b, q.ops.size());
