@@ -78,7 +78,7 @@ run() {
 # run_sharded NAME N CMD...: a gtest binary as N concurrent shards (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX),
 # each under the same time limit, logs concatenated into $out/NAME.log. test_moe_mlp's and test_moe_matrix's
 # time is their CPU references, so shards on the H200 host's 16 cores take the whole table inside one lent-
-# device call (test_moe_mlp: 534 cases in 158 s with 8 shards, 2026-12-02, against > 10 min in one process).
+# device call (test_moe_mlp: 534 cases in 158 s with 12 shards, 2026-12-02, against > 10 min in one process).
 run_sharded() {
   local name="$1" n="$2"; shift 2
   local t0=$SECONDS i rc=0 pids=()
