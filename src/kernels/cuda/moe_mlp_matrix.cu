@@ -33,7 +33,7 @@
 //     128 and tiles start at multiples of kBM, so an m64 block lies in one band: one multiplier per
 //     m-block and stage, read from global memory before the stage's barrier wait) and xs from the
 //     stage's scales; the stage is released after its promotion. With two partial sets (kFp8Overlap:
-//     variants 2 and 4) consecutive k-blocks alternate between them: after issuing block kt into set
+//     variant 2) consecutive k-blocks alternate between them: after issuing block kt into set
 //     kt % 2, wait_group 1 completes block kt - 1 only, which is promoted and released while the tensor
 //     cores run kt (after the last block, wait_group 0 and its promotion); the k-loop is unrolled by two
 //     so that both sets stay registers. With one set (variants 1, 3: two sets spill there), wait_group 0
@@ -52,7 +52,7 @@
 // Variants (Variants below, $OSPREY_MOE_MATRIX_VARIANT): v0 256 x 128 tiles (kMBlocks 2, m64n128),
 // 4 stages (49 KB each: A 32 KB, B 16 KB, scales); v1 128 x 128, 6 stages; v2 128 x 64 (m64n64), 8
 // stages, for few routed rows per expert (decode, 120b below ~96 rows per expert); v3 256 x 64, 5
-// stages; v4 (FP8 only) v1 with two partial sets and 240 consumer registers. Shared memory 197-201 KB.
+// stages. Shared memory 197-201 KB.
 // Tests: tests/kernels/test_moe_matrix.cu (GPU, against the CPU references), scripts/emulate_moe_matrix.sh
 // (this file's device code on the CPU emulation, wgmma groups completing at their wait or their commit).
 #ifndef OSPREY_CUDA_EMULATION
@@ -83,20 +83,19 @@ constexpr int kRowBytes = 128;  // bytes of every operand row per stage: 128 E4M
 constexpr int kThreads = 128 * (1 + kConsumerWGs);
 constexpr int kConsumerWarps = 4 * kConsumerWGs;
 constexpr int kMaxExperts = 256;
-// Registers per thread after setmaxnreg (the 384 x 168 allotted at launch), per variant: by default the
+// Registers per thread after setmaxnreg (the 384 x 168 allotted at launch), the same for every variant: the
 // producer keeps 80 (it computes up to 24 chunk addresses per stage; ptxas spills 36-184 bytes at 40-72
 // registers, 0-4 at 80) and the consumers 208 (at most 128 accumulators, or FP8's 64 + 2 x 32 with the
 // two partial sets); FP8's 128 x 128 tiles with two sets would hold 64 + 2 x 64 (they spilled at 24/240: 5x
 // slower on the H200, docs/fp8.md; removed).
-template <int kMBlocks_, int kBN_, int kStages_, bool kFp8Overlap_, int kProducerRegs_ = 80,
-          int kConsumerRegs_ = 208>
+template <int kMBlocks_, int kBN_, int kStages_, bool kFp8Overlap_>
 struct Config {
     static constexpr int kMBlocks = kMBlocks_;                // wgmma m64 blocks per consumer warpgroup
     static constexpr int kBM = 64 * kMBlocks * kConsumerWGs;  // weight rows per tile (a multiple of 128)
     static constexpr int kBN = kBN_;                          // routed rows per tile (wgmma n)
     static constexpr int kStages = kStages_;
     static constexpr bool kFp8Overlap = kFp8Overlap_;         // FP8: two partial sets (promotion under the MMAs)
-    static constexpr int kProducerRegs = kProducerRegs_, kConsumerRegs = kConsumerRegs_;
+    static constexpr int kProducerRegs = 80, kConsumerRegs = 208;  // setmaxnreg (comment above)
     static constexpr int kAcc = kBN / 2;                      // accumulator registers per m-block
     static constexpr int kAStageBytes = kBM * kRowBytes;
     static constexpr int kBStageBytes = kBN * kRowBytes;

@@ -60,7 +60,7 @@ size_t moe_matrix_workspace_bytes(MatrixFormat format, int n_tokens, int top_k, 
 bool moe_matrix_supports(int d_model, int d_ff);
 
 // Configurations (moe_mlp_matrix.cu: tile shape, stages), 0 .. moe_matrix_variants() - 1; FP8 takes those
-// whose main and partial accumulators fit (v1-v4; v4: v1 with two partial sets), BF16 v0-v3. Unset, a
+// whose main and partial accumulators fit (v1-v3), BF16 v0-v3. Unset, a
 // call takes v2 (128 x 64 tiles) below 96 routed rows per expert, else v0 (256 x 128, BF16) or v1
 // (128 x 128, FP8);
 // $OSPREY_MOE_MATRIX_VARIANT (read once) forces one.
