@@ -94,8 +94,8 @@ Runner make_runner(model::Weights weights, const RunnerOptions& o) {
                                    weights.layers[0].experts_format() == model::WeightFormat::mxfp4;
     if (o.weights_format) {
         model::Fp8Parts host_parts = o.fp8_parts;
-        if (experts_on_device) host_parts.experts = false;
-        if (host_parts.attention || host_parts.experts || host_parts.unembedding || !experts_on_device)
+        host_parts.experts = host_parts.experts && !experts_on_device;
+        if (!experts_on_device || host_parts.attention || host_parts.unembedding)  // anything left for the host
             weights = model::convert_weights(std::move(weights), *o.weights_format, host_parts);
     }
     model::KvDtype cpu_kv = model::KvDtype::f32;

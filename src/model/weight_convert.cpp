@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "core/bf16.h"
 #include "core/check.h"
@@ -178,26 +179,45 @@ TensorView to_bf16(Weights& w, const MatrixSource& src, bool stacked, const std:
     return own(w, std::move(out), name + " (bf16 at load)", DType::bf16, stack_shape(src, src.rows, src.cols, stacked));
 }
 
-// One dense linear weight (q/k/v/o, unembedding) in `format`.
-void convert_linear(Weights& w, TensorView& view, TensorView& scale, WeightFormat format, bool part, ThreadPool& pool) {
+// The source a dense linear weight (q/k/v/o, unembedding) converts from for `format`, or none when it stays:
+// FP8 from BF16 where the part is asked for, BF16 from FP8 always. (convert_linear and conversion_bytes.)
+std::optional<MatrixSource> linear_conversion(const TensorView& view, const TensorView& scale, WeightFormat format,
+                                              bool part) {
     const bool is_fp8 = view.dtype == DType::fp8_e4m3;
-    if (format == WeightFormat::fp8 && part && !is_fp8) {
-        to_fp8(w, linear_source(view), false, view.name, view, scale, pool);
-    } else if (format == WeightFormat::bf16 && is_fp8) {
-        view = to_bf16(w, linear_source(view, scale), false, view.name, pool);
+    if (format == WeightFormat::fp8 && part && !is_fp8) return linear_source(view);
+    if (format == WeightFormat::bf16 && is_fp8) return linear_source(view, scale);
+    return std::nullopt;
+}
+
+void convert_linear(Weights& w, TensorView& view, TensorView& scale, WeightFormat format, bool part, ThreadPool& pool) {
+    const std::optional<MatrixSource> src = linear_conversion(view, scale, format, part);
+    if (!src) return;
+    if (format == WeightFormat::fp8) {
+        to_fp8(w, *src, false, view.name, view, scale, pool);
+    } else {
+        view = to_bf16(w, *src, false, view.name, pool);
         scale = {};
     }
 }
 
-void convert_experts(Weights& w, LayerWeights& L, WeightFormat format, bool part, ThreadPool& pool) {
+// The sources a layer's experts (mlp1, mlp2) convert from for `format`, or none when they stay: nothing
+// leaves MXFP4 for MXFP4, nor the format they are in, nor FP8 when the experts part is not asked for.
+std::optional<std::pair<MatrixSource, MatrixSource>> expert_conversion(const LayerWeights& L, WeightFormat format,
+                                                                        bool part) {
     const WeightFormat now = L.experts_format();
-    if (format == WeightFormat::mxfp4 || now == format || (format == WeightFormat::fp8 && !part)) return;
-    const MatrixSource s1 =
-        now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp1_blocks, L.mlp1_scales) : linear_source(L.mlp1_w, L.mlp1_scale);
-    const MatrixSource s2 =
-        now == WeightFormat::mxfp4 ? mxfp4_source(L.mlp2_blocks, L.mlp2_scales) : linear_source(L.mlp2_w, L.mlp2_scale);
-    const std::string n1 = now == WeightFormat::mxfp4 ? L.mlp1_blocks.name : L.mlp1_w.name;
-    const std::string n2 = now == WeightFormat::mxfp4 ? L.mlp2_blocks.name : L.mlp2_w.name;
+    if (format == WeightFormat::mxfp4 || now == format || (format == WeightFormat::fp8 && !part)) return std::nullopt;
+    if (now == WeightFormat::mxfp4)
+        return std::pair{mxfp4_source(L.mlp1_blocks, L.mlp1_scales), mxfp4_source(L.mlp2_blocks, L.mlp2_scales)};
+    return std::pair{linear_source(L.mlp1_w, L.mlp1_scale), linear_source(L.mlp2_w, L.mlp2_scale)};
+}
+
+void convert_experts(Weights& w, LayerWeights& L, WeightFormat format, bool part, ThreadPool& pool) {
+    const auto src = expert_conversion(L, format, part);
+    if (!src) return;
+    const auto& [s1, s2] = *src;
+    const bool mxfp4 = L.experts_format() == WeightFormat::mxfp4;
+    const std::string n1 = mxfp4 ? L.mlp1_blocks.name : L.mlp1_w.name;
+    const std::string n2 = mxfp4 ? L.mlp2_blocks.name : L.mlp2_w.name;
     TensorView w1, sc1, w2, sc2;
     if (format == WeightFormat::fp8) {
         to_fp8(w, s1, true, n1, w1, sc1, pool);
@@ -232,22 +252,16 @@ size_t host_memory_available() {
 }  // namespace
 
 size_t conversion_bytes(const Weights& w, WeightFormat format, const Fp8Parts& parts) {
-    if (format == WeightFormat::mxfp4) return 0;
     size_t n = 0;
     auto linear = [&](const TensorView& view, const TensorView& scale, bool part) {
-        const bool is_fp8 = view.dtype == DType::fp8_e4m3;
-        if (format == WeightFormat::fp8 && part && !is_fp8) n += converted_bytes(linear_source(view), format);
-        if (format == WeightFormat::bf16 && is_fp8) n += converted_bytes(linear_source(view, scale), format);
+        if (const auto src = linear_conversion(view, scale, format, part)) n += converted_bytes(*src, format);
     };
     for (const LayerWeights& L : w.layers) {
         for (const auto& [v, sc] : {std::pair{&L.q_w, &L.q_scale}, {&L.k_w, &L.k_scale}, {&L.v_w, &L.v_scale},
                                     {&L.out_w, &L.out_scale}})
             linear(*v, *sc, parts.attention);
-        const WeightFormat now = L.experts_format();
-        if (now == format || (format == WeightFormat::fp8 && !parts.experts)) continue;
-        for (const auto& [b, sc, m, msc] : {std::tuple{&L.mlp1_blocks, &L.mlp1_scales, &L.mlp1_w, &L.mlp1_scale},
-                                            std::tuple{&L.mlp2_blocks, &L.mlp2_scales, &L.mlp2_w, &L.mlp2_scale}})
-            n += converted_bytes(now == WeightFormat::mxfp4 ? mxfp4_source(*b, *sc) : linear_source(*m, *msc), format);
+        if (const auto src = expert_conversion(L, format, parts.experts))
+            n += converted_bytes(src->first, format) + converted_bytes(src->second, format);
     }
     linear(w.unembedding, w.unembedding_scale, parts.unembedding);
     return n;

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/fp8_quantize.h"
+#include "model/weight_convert.h"
 
 namespace osprey::model {
 namespace {
@@ -292,14 +293,6 @@ void upload_matrix_expert_piece(Up& up, DeviceLayer& dl, const LayerWeights& l, 
 
 namespace {
 
-// FP8 block-quantised experts of every layer: E4M3 codes and F32 multipliers of mlp1 [E, 2I, H] and
-// mlp2 [E, H, I] (what the host conversion would hold).
-size_t fp8_expert_bytes(const Config& c) {
-    auto nb = [](size_t n) { return (n + 127) / 128; };
-    const size_t E = size_t(c.n_experts), H = size_t(c.d_model), I = size_t(c.d_ff);
-    return size_t(c.n_layers) * E * (3 * I * H + sizeof(float) * (nb(2 * I) * nb(H) + nb(H) * nb(I)));
-}
-
 // Layer l's MXFP4 experts (blocks and scales of both projections), in bytes.
 size_t mxfp4_layer_bytes(const LayerWeights& l) {
     return l.mlp1_blocks.nbytes() + l.mlp1_scales.nbytes() + l.mlp2_blocks.nbytes() + l.mlp2_scales.nbytes();
@@ -344,7 +337,8 @@ DeviceWeights DeviceWeights::load(const Weights& w, bool progress, bool experts_
             stage_blocks = std::max({stage_blocks, l.mlp1_blocks.nbytes(), l.mlp2_blocks.nbytes()});
             stage_scales = std::max({stage_scales, l.mlp1_scales.nbytes(), l.mlp2_scales.nbytes()});
         }
-        const size_t fp8 = fp8_expert_bytes(c);
+        // what the host conversion of the experts would hold: E4M3 codes and their F32 multipliers
+        const size_t fp8 = conversion_bytes(w, WeightFormat::fp8, {.attention = false, .experts = true, .unembedding = false});
         check_device_memory(w, tensor_bytes(w) - mxfp4 + fp8 + stage_blocks + stage_scales, fp8);
     } else {
         check_device_memory(w, tensor_bytes(w), expert_bytes(w));
