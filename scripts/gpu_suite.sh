@@ -56,6 +56,18 @@ note() { echo "$*" | tee -a "$summary"; }
 failed_cases() {
   grep -E '^\[  FAILED  \] [^0-9]' "$1" | sed 's/^\[  FAILED  \] //; s/ (.*//' | sort -u | head -5 | tr '\n' ' '
 }
+# report NAME RC T0 [DETAIL]: notes PASS or FAIL (rc, "timed out" for 124, the failed gtest cases of
+# $out/NAME.log) with DETAIL and the time since T0, counts the failure, and returns RC.
+report() {
+  local name="$1" rc="$2" t0="$3" detail="${4:-}"
+  if [[ $rc -eq 0 ]]; then
+    note "PASS $name (${detail}$((SECONDS - t0)) s)"
+  else
+    note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', timed out'), ${detail}$((SECONDS - t0)) s): see $name.log $(failed_cases "$out/$name.log")"
+    failures=$((failures + 1))
+  fi
+  return "$rc"
+}
 # run NAME CMD...: runs CMD with its output in $out/NAME.log, notes PASS/FAIL and the time taken.
 # Each command is cut off after $OSPREY_SUITE_TIMEOUT seconds (default 900; rc 124 then), so that one slow
 # binary cannot take a whole lent-device call; a gtest binary's summary notes its failed cases.
@@ -63,16 +75,7 @@ run() {
   local name="$1"; shift
   local t0=$SECONDS
   timeout "${OSPREY_SUITE_TIMEOUT:-900}" "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  if [[ $rc -eq 0 ]]; then
-    note "PASS $name ($((SECONDS - t0)) s)"
-  else
-    local failed
-    failed="$(failed_cases "$out/$name.log")"
-    note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', timed out'), $((SECONDS - t0)) s): see $name.log ${failed}"
-    failures=$((failures + 1))
-  fi
-  return $rc
+  report "$name" $? "$t0"
 }
 
 # run_sharded NAME N CMD...: a gtest binary as N concurrent shards (GTEST_TOTAL_SHARDS / GTEST_SHARD_INDEX),
@@ -93,17 +96,7 @@ run_sharded() {
   done
   cat "$out/$name".shard*.log > "$out/$name.log"
   rm -f "$out/$name".shard*.log
-  local ok
-  ok="$(grep -c '^\[       OK \]' "$out/$name.log")"
-  if [[ $rc -eq 0 ]]; then
-    note "PASS $name ($ok cases in $n shards, $((SECONDS - t0)) s)"
-  else
-    local failed
-    failed="$(failed_cases "$out/$name.log")"
-    note "FAIL $name (rc $rc$([[ $rc -eq 124 ]] && echo ', a shard timed out'), $ok cases passed, $((SECONDS - t0)) s): see $name.log ${failed}"
-    failures=$((failures + 1))
-  fi
-  return $rc
+  report "$name" "$rc" "$t0" "$(grep -c '^\[       OK \]' "$out/$name.log") cases passed in $n shards, "
 }
 
 note "gpu_suite: $(date -u) on $(hostname)"
