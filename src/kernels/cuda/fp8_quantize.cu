@@ -1,9 +1,8 @@
 // MXFP4 -> FP8 block requantisation on the GPU (see fp8_quantize.h for the exact rule).
 #include "kernels/cuda/fp8_quantize.h"
 
-#include <cuda_fp8.h>
-
 #include "core/check.h"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace osprey::cuda {
@@ -65,7 +64,7 @@ __global__ void __launch_bounds__(kThreads) mxfp4_to_fp8_kernel(const Mxfp4ToFp8
     if (threadIdx.x == 0) {
         float m = 0.0f;
         for (int w = 0; w < kThreads / 32; ++w) m = fmaxf(m, warp_max[w]);
-        const float s = m > 0.0f ? m / 448.0f : 1.0f;  // fp8::block_scale_inv
+        const float s = kv_fp8_scale(m);  // fp8::block_scale_inv, as the FP8 KV rows
         s_scale = s;
         const int nbr = (a.rows + kBlock - 1) / kBlock, nbc = (a.cols + kBlock - 1) / kBlock;
         a.scale_inv[(size_t(blockIdx.z) * nbr + blockIdx.y) * nbc + blockIdx.x] = s;
@@ -80,13 +79,9 @@ __global__ void __launch_bounds__(kThreads) mxfp4_to_fp8_kernel(const Mxfp4ToFp8
         uint32_t packed[8];
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            uint32_t word = 0;
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const uint32_t code = __nv_cvt_float_to_fp8(v[i][4 * k + j] / s, __NV_SATFINITE, __NV_E4M3);
-                word |= code << (8 * j);
-            }
-            packed[k] = word;
+            // IEEE division then round-to-nearest, saturating (kv_fp8.cuh): core/fp8.h's codes
+            packed[k] = uint32_t(kv_fp8_encode2(v[i][4 * k], v[i][4 * k + 1], s)) |
+                        uint32_t(kv_fp8_encode2(v[i][4 * k + 2], v[i][4 * k + 3], s)) << 16;
         }
         uint4* dst = reinterpret_cast<uint4*>(a.codes + row * a.cols + c0 + (g % ng) * 32);
         dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
