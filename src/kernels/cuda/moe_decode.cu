@@ -39,6 +39,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mbarrier.cuh"
@@ -59,7 +61,7 @@ constexpr int kTopK = 4;
 #define OSPREY_MOE_DECODE_WARPS 8
 #endif
 constexpr int kConsumerWarps = OSPREY_MOE_DECODE_WARPS;
-constexpr int kCtasPerSm = kConsumerWarps <= 8 ? 2 : 1;  // 2: an mlp2 CTA fits beside an mlp1 CTA
+constexpr int kCtasPerSm = kConsumerWarps <= 8 ? 2 : 1;  // CTAs per SM (max_ctas; registers allowing)
 constexpr int kAccPairs = kCtasPerSm == 2 ? 1 : 2;       // registers allowing
 constexpr int kWarps = kConsumerWarps + 1;  // + the producer warp
 constexpr int kProducerWarp = kConsumerWarps;
@@ -413,7 +415,7 @@ int stage_bytes_for(int n_groups) {
     return (kRows * n_groups * 17 + kBiasBytes + 127) / 128 * 128;
 }
 
-// max_ctas: CTAs per projection (one per SM). Fewer when the fewest possible chunks (top_k
+// max_ctas: CTAs per projection (max_ctas()). Fewer when the fewest possible chunks (top_k
 // experts' m-tiles) are fewer, so that no CTA is idle for any routing.
 Plan plan(const MoeDecodeArgs& a, int max_ctas) {
     const Layout l = layout(a.d_model, a.d_ff);
@@ -454,8 +456,14 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
 }
 
 #ifndef OSPREY_CUDA_EMULATION
+// kCtasPerSm CTAs per SM and projection (moe_decode.h: 20b, 8 tokens, 111.6 against 145.7 us with one per
+// SM; end to end 20b batch 8 1968 against 1658 tokens/s, batch 1 493 against 488, H200 2026-12-02);
+// $OSPREY_MOE_DECODE_CTAS_PER_SM=1 gives the one-per-SM grids (A/B knob, read once).
 int max_ctas() {
-    static const int n = sm_count();
+    static const int n = [] {
+        const char* e = std::getenv("OSPREY_MOE_DECODE_CTAS_PER_SM");
+        return sm_count() * (e && std::string_view(e) == "1" ? 1 : kCtasPerSm);
+    }();
     return n;
 }
 

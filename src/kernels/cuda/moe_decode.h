@@ -14,7 +14,9 @@
 // - Work = chunks of (active expert, 16 weight rows, all inputs): 16 consecutive rows of one expert
 //   are one contiguous run of MXFP4 blocks, one of scales and one of biases, so a producer warp
 //   streams each chunk with three cp.async.bulk copies into a 4-stage shared-memory ring (~96 KB
-//   in flight per SM, no registers spent on it). Every CTA (one per SM) takes an equal contiguous
+//   in flight per CTA, no registers spent on it). Every CTA (two per SM: a second CTA's warps and ring
+//   hide the first's mbarrier waits; measured on the H200, 20b 8 tokens 111.6 against 145.7 us with one
+//   per SM, 1 token 34.2 against 35.6) takes an equal contiguous
 //   range of chunks, so all 132 SMs stream for any T, including T = 1 where only 4 experts are
 //   active. 8 consumer warps split each chunk's K and meet in a partial-sum ring; the chunk's
 //   finisher (rotating) sums in warp order: deterministic.
