@@ -453,6 +453,16 @@ inline std::vector<Case> cases() {
         o.label = str("linear out+resid T=", tokens, " fp8 gemv+moe");
         t.insert(t.end(), {q, o});
     }
+    // qkv and the out-projection at T = 1 on gemv_wide (x given, no fused norm or MoE add: the decode step's
+    // unfused form), against the tensor-core GEMV lines above.
+    for (const bool f8 : {false, true}) {
+        Case q{.use = Use::perf_only, .t = 1, .n = 5120, .k = 2880, .path = LinearPath::gemv_wide, .fp8 = f8};
+        q.label = str("linear qkv T=1 ", f8 ? "fp8 " : "", "gemv_wide");
+        Case o{.use = Use::perf_only, .t = 1, .n = 2880, .k = 4096, .f32 = true, .accumulate = true,
+               .path = LinearPath::gemv_wide, .fp8 = f8};
+        o.label = str("linear out+resid T=1 ", f8 ? "fp8 " : "", "gemv_wide");
+        t.insert(t.end(), {q, o});
+    }
     for (int rows : {8, 16, 32}) {  // rows per CTA for the FP8 GEMV (the automatic choice is BF16's)
         Case c{.use = Use::perf_only, .t = 1, .n = 5120, .k = 2880, .path = LinearPath::gemv, .gemv_rows = rows,
                .fp8 = true};
