@@ -38,43 +38,10 @@ struct KvPair : CudaCpuPair {
         : CudaCpuPair(tiny_weights(), reference_options_for(kv), tiny_cuda_options(graphs, kv)) {}
 };
 
-// A 320-token prompt in two chunks (200 + 120: the second chunk's window reaches into the ring), then
-// 32 greedy steps: the GPU's own argmax (logits stay on the device) must pick the reference's token.
+// A 320-token prompt in two chunks (200 + 120), then 32 greedy steps (cuda_test_util.h).
 inline void long_prompt_in_chunks_then_32_greedy_steps(const KvCase& c) {
     KvPair p(c.kv_dtype, /*graphs=*/false);
-    Seq s;
-    s.tokens = random_prompt(320, 11);
-    s.pages = pages_from(0, 40);
-    s.window_slot = 3;
-    for (int n : {200, 120}) {
-        ForwardBatch b;
-        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
-        b.slices.push_back(slice_for(s, 0, n));
-        const double err = p.forward(b);
-        std::printf("  prefill chunk of %d: logits rel err %.2e\n", n, err);
-        EXPECT_LT(err, c.logit_bound);
-        s.n_computed += n;
-    }
-    std::vector<float> lc;
-    p.cpu.logits_to_host(lc);
-    int next = argmax(lc);
-    double worst = 0;
-    for (int i = 0; i < 32; ++i) {
-        s.tokens.push_back(next);
-        ForwardBatch b;
-        b.tokens = {next};
-        b.slices.push_back(slice_for(s, 0, 1));
-        std::vector<float> cpu_logits;
-        worst = std::max(worst, p.forward(b, nullptr, &cpu_logits));
-        s.n_computed += 1;
-        std::vector<int32_t> greedy;
-        p.gpu.greedy(greedy);
-        ASSERT_EQ(greedy.size(), 1u);
-        next = argmax(cpu_logits);
-        EXPECT_EQ(greedy[0], next) << "greedy step " << i;
-    }
-    std::printf("  32 decode steps: worst logits rel err %.2e\n", worst);
-    EXPECT_LT(worst, c.logit_bound);
+    prompt_in_chunks_then_32_greedy_steps(p, random_prompt(320, 11), {200, 120}, c.logit_bound);
 }
 
 // A step mixing a prefill chunk, decode tokens and a prefix-cache replay (n_full_kv_cached), in one
@@ -208,32 +175,7 @@ inline void copied_kv_continues_exactly_like_its_source(const KvCase& c) {
 // within the step bound.
 inline void every_step_matches_the_reference(const KvCase& c) {
     KvPair p(c.kv_dtype, /*graphs=*/false);
-    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
-    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
-    p.cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    p.gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    Seq s;
-    s.tokens = random_prompt(180, 5);
-    s.pages = pages_from(0, 20);
-    ForwardBatch b;
-    b.tokens = s.tokens;
-    b.slices.push_back(slice_for(s, 0, 180));
-    p.forward(b);
-    int compared = 0;
-    for (const auto& [name, g] : gpu_steps) {
-        auto it = cpu_steps.find(name);
-        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
-        ASSERT_EQ(it->second.size(), g.size()) << name;
-        const double err = rel_l2(g, it->second);
-        std::printf("  %-20s rel err %.2e\n", name.c_str(), err);
-        EXPECT_LT(err, c.step_bound) << name;
-        ++compared;
-    }
-    EXPECT_GE(compared, 4 * 10 + 3);
+    expect_steps_match(p, prefill_batch(random_prompt(180, 5)), [&](const std::string&) { return c.step_bound; });
 }
 
 }  // namespace osprey::model::test

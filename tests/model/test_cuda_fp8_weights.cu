@@ -21,7 +21,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <random>
 #include <string>
 
@@ -96,39 +95,8 @@ TEST(cuda_fp8_weights, long_prompt_in_chunks_then_32_greedy_steps) {
     for (const bool graphs : {false, true}) {
         SCOPED_TRACE(graphs ? "graphs" : "eager");
         Pair p(graphs);
-        test::Seq s;
-        s.tokens = random_prompt(320, 11);
-        s.pages = test::pages_from(0, 40);
-        s.window_slot = 3;
-        for (int n : {200, 120}) {  // the second chunk's window reaches into the ring
-            ForwardBatch b;
-            b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
-            b.slices.push_back(test::slice_for(s, 0, n));
-            const double err = p.forward(b);
-            std::printf("  prefill chunk of %d: logits rel err %.2e\n", n, err);
-            EXPECT_LT(err, kLogitBound);
-            s.n_computed += n;
-        }
-        std::vector<float> lc;
-        p.cpu.logits_to_host(lc);
-        int next = argmax(lc);
-        double worst = 0;
-        for (int i = 0; i < 32; ++i) {
-            s.tokens.push_back(next);
-            ForwardBatch b;
-            b.tokens = {next};
-            b.slices.push_back(test::slice_for(s, 0, 1));
-            std::vector<float> cpu_logits;
-            worst = std::max(worst, p.forward(b, nullptr, &cpu_logits));
-            s.n_computed += 1;
-            std::vector<int32_t> greedy;
-            p.gpu.greedy(greedy);
-            ASSERT_EQ(greedy.size(), 1u);
-            next = argmax(cpu_logits);
-            EXPECT_EQ(greedy[0], next) << "greedy step " << i;
-        }
-        std::printf("  32 decode steps (%s): worst logits rel err %.2e\n", graphs ? "graphs" : "eager", worst);
-        EXPECT_LT(worst, kLogitBound);
+        test::prompt_in_chunks_then_32_greedy_steps(p, random_prompt(320, 11), {200, 120}, kLogitBound,
+                                                    graphs ? "graphs, " : "eager, ");
         if (graphs) EXPECT_GE(p.gpu.graphs_captured(), 1);
     }
 }
@@ -171,14 +139,6 @@ TEST(cuda_fp8_weights, ragged_batches_on_every_path) {
 // the fused norms off, so the plain GEMV path): every intermediate within kStepBound.
 TEST(cuda_fp8_weights, every_step_matches_the_reference) {
     Pair p(false);
-    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
-    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
-    p.cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    p.gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
     std::vector<test::Seq> seqs(2);
     for (int i = 0; i < 2; ++i) {
         seqs[i].tokens = random_prompt(160, 5 + i);
@@ -193,23 +153,9 @@ TEST(cuda_fp8_weights, every_step_matches_the_reference) {
                             seqs[i].tokens.begin() + seqs[i].n_computed + n);
             seqs[i].n_computed += n;
         }
-        cpu_steps.clear(), gpu_steps.clear();
-        p.forward(b);
-        int compared = 0;
-        double worst = 0;
-        std::string worst_name;
-        for (const auto& [name, g] : gpu_steps) {
-            auto it = cpu_steps.find(name);
-            ASSERT_NE(it, cpu_steps.end()) << name;
-            ASSERT_EQ(it->second.size(), g.size()) << name;
-            const double err = rel_l2(g, it->second);
-            if (err > worst) worst = err, worst_name = name;
-            EXPECT_LT(err, kStepBound) << name << " (" << n << " tokens per sequence)";
-            ++compared;
-        }
-        std::printf("  %d tokens per sequence: %d steps compared, worst %s at %.2e\n", n, compared, worst_name.c_str(),
-                    worst);
-        EXPECT_GT(compared, 4 * 8);
+        SCOPED_TRACE(std::to_string(n) + " tokens per sequence");
+        test::expect_steps_match(p, b, [](const std::string&) { return kStepBound; },
+                                 std::to_string(n) + " tokens per sequence, ");
     }
 }
 

@@ -21,7 +21,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <random>
 #include <string>
 
@@ -88,94 +87,31 @@ std::vector<int32_t> random_prompt(int n, uint32_t seed, int vocab = 200000) {
 
 class MatrixExperts : public ::testing::TestWithParam<WeightFormat> {};
 
+// The reference runs the same experts (FP8: W8A8, as the GPU's matrix kernel).
+test::CudaCpuPair pair_for(WeightFormat f, bool graphs) {
+    return test::CudaCpuPair(with_experts("tiny", f), {.moe_w8a8 = f == WeightFormat::fp8}, gpu_options(graphs));
+}
+
 TEST_P(MatrixExperts, long_prompt_in_chunks_then_32_greedy_steps) {
     const WeightFormat f = GetParam();
-    const Weights w = with_experts("tiny", f);
-    ASSERT_EQ(w.layers[0].experts_format(), f) << w.formats();
-    CpuReference cpu(w, {.moe_w8a8 = f == WeightFormat::fp8});
-    CudaRunner gpu(w, gpu_options(/*graphs=*/true));
-    cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
-    gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
-    auto forward = [&](const ForwardBatch& b, std::vector<float>& lc) {
-        cpu.forward(b);
-        gpu.forward(b);
-        std::vector<float> lg;
-        cpu.logits_to_host(lc);
-        gpu.logits_to_host(lg);
-        EXPECT_EQ(lc.size(), lg.size());
-        return rel_l2(lg, lc);
-    };
-    test::Seq s;
-    s.tokens = random_prompt(320, 11);
-    s.pages = test::pages_from(0, 40);
-    s.window_slot = 3;
-    std::vector<float> lc;
-    for (int n : {200, 120}) {
-        ForwardBatch b;
-        b.tokens.assign(s.tokens.begin() + s.n_computed, s.tokens.begin() + s.n_computed + n);
-        b.slices.push_back(test::slice_for(s, 0, n));
-        const double err = forward(b, lc);
-        std::printf("  %s experts, prefill chunk of %d: logits rel err %.2e\n", weight_format_name(f), n, err);
-        EXPECT_LT(err, kLogitBound);
-        s.n_computed += n;
-    }
-    int next = argmax(lc);
-    double worst = 0;
-    for (int i = 0; i < 32; ++i) {
-        s.tokens.push_back(next);
-        ForwardBatch b;
-        b.tokens = {next};
-        b.slices.push_back(test::slice_for(s, 0, 1));
-        worst = std::max(worst, forward(b, lc));
-        s.n_computed += 1;
-        std::vector<int32_t> greedy;
-        gpu.greedy(greedy);
-        ASSERT_EQ(greedy.size(), 1u);
-        next = argmax(lc);
-        EXPECT_EQ(greedy[0], next) << "greedy step " << i;
-    }
-    std::printf("  %s experts, 32 decode steps: worst logits rel err %.2e\n", weight_format_name(f), worst);
-    EXPECT_LT(worst, kLogitBound);
+    ASSERT_EQ(with_experts("tiny", f).layers[0].experts_format(), f);
+    test::CudaCpuPair p = pair_for(f, /*graphs=*/true);
+    test::prompt_in_chunks_then_32_greedy_steps(p, random_prompt(320, 11), {200, 120}, kLogitBound,
+                                                std::string(weight_format_name(f)) + " experts, ");
 }
 
 TEST_P(MatrixExperts, prefill_steps_match_the_reference) {
     const WeightFormat f = GetParam();
-    const Weights w = with_experts("tiny", f);
-    CpuReference cpu(w, {.moe_w8a8 = f == WeightFormat::fp8});
-    CudaRunner gpu(w, gpu_options(false));
-    cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
-    gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
-    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
-    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
-    cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    test::Seq s;
-    s.tokens = random_prompt(180, 5);
-    s.pages = test::pages_from(0, 20);
-    ForwardBatch b;
-    b.tokens = s.tokens;
-    b.slices.push_back(test::slice_for(s, 0, 180));
-    cpu.forward(b);
-    gpu.forward(b);
-    int compared = 0;
-    for (const auto& [name, g] : gpu_steps) {
-        auto it = cpu_steps.find(name);
-        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
-        ASSERT_EQ(it->second.size(), g.size()) << name;
-        const double err = rel_l2(g, it->second);
-        const bool moe = name.rfind("moe@", 0) == 0;
-        std::printf("  %s experts %-20s rel err %.2e\n", weight_format_name(f), name.c_str(), err);
-        EXPECT_LT(err, moe && f == WeightFormat::fp8 ? 2 * kE4m3Step : kStepBound) << name;
-        ++compared;
-    }
-    EXPECT_GE(compared, 4 * 10 + 3);
+    test::CudaCpuPair p = pair_for(f, /*graphs=*/false);
+    test::expect_steps_match(
+        p, test::prefill_batch(random_prompt(180, 5)),
+        [&](const std::string& name) {
+            return name.rfind("moe@", 0) == 0 && f == WeightFormat::fp8 ? 2 * kE4m3Step : kStepBound;
+        },
+        std::string(weight_format_name(f)) + " experts ");
     std::vector<float> lc, lg;
-    cpu.logits_to_host(lc);
-    gpu.logits_to_host(lg);
+    p.cpu.logits_to_host(lc);
+    p.gpu.logits_to_host(lg);
     ASSERT_EQ(lc.size(), lg.size());
     EXPECT_LT(rel_l2(lg, lc), kLogitBound);
 }

@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <random>
 #include <string>
 
@@ -36,47 +35,16 @@ CudaRunnerOptions gpu_options(bool w4a8) {
 
 using test::random_prompt;
 
-ForwardBatch prefill(const std::vector<int32_t>& tokens) {
-    test::Seq s;
-    s.tokens = tokens;
-    s.pages = test::pages_from(0, 20);
-    ForwardBatch b;
-    b.tokens = s.tokens;
-    b.slices.push_back(test::slice_for(s, 0, int(tokens.size())));
-    return b;
-}
+using test::prefill_batch;
 
 TEST(cuda_w4a8, prefill_steps_match_the_w4a8_reference) {
-    CpuReference cpu(tiny_weights(), {.moe_w4a8 = true});
-    CudaRunner gpu(tiny_weights(), gpu_options(true));
-    cpu.allocate_kv(kv_layout_for(cpu, 16, 256, 8));
-    gpu.allocate_kv(kv_layout_for(gpu, 16, 256, 8));
-    std::map<std::string, std::vector<float>> cpu_steps, gpu_steps;
-    auto key = [](std::string_view step, int layer) { return std::string(step) + "@" + std::to_string(layer); };
-    cpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        cpu_steps[key(step, layer)].assign(v.begin(), v.end());
+    test::CudaCpuPair p(tiny_weights(), {.moe_w4a8 = true}, gpu_options(true));
+    test::expect_steps_match(p, prefill_batch(random_prompt(180, 5)), [](const std::string& name) {
+        return name.rfind("moe@", 0) == 0 ? 2 * 0.0625 / std::sqrt(3.0) : 3e-2;
     });
-    gpu.set_dump([&](std::string_view step, int layer, std::span<const float> v) {
-        gpu_steps[key(step, layer)].assign(v.begin(), v.end());
-    });
-    const ForwardBatch b = prefill(random_prompt(180, 5));
-    cpu.forward(b);
-    gpu.forward(b);
-    int compared = 0;
-    for (const auto& [name, g] : gpu_steps) {
-        auto it = cpu_steps.find(name);
-        ASSERT_NE(it, cpu_steps.end()) << name << " is not a reference step";
-        ASSERT_EQ(it->second.size(), g.size()) << name;
-        const double err = rel_l2(g, it->second);
-        const bool moe = name.rfind("moe@", 0) == 0;
-        std::printf("  %-20s rel err %.2e\n", name.c_str(), err);
-        EXPECT_LT(err, moe ? 2 * 0.0625 / std::sqrt(3.0) : 3e-2) << name;
-        ++compared;
-    }
-    EXPECT_GE(compared, 4 * 10 + 3);
     std::vector<float> lc, lg;
-    cpu.logits_to_host(lc);
-    gpu.logits_to_host(lg);
+    p.cpu.logits_to_host(lc);
+    p.gpu.logits_to_host(lg);
     ASSERT_EQ(lc.size(), lg.size());
     EXPECT_LT(rel_l2(lg, lc), 2e-2);
 }
@@ -86,7 +54,7 @@ TEST(cuda_w4a8, logits_close_to_w4a16) {
     CudaRunner a(tiny_weights(), gpu_options(false)), w(tiny_weights(), gpu_options(true));
     a.allocate_kv(kv_layout_for(a, 16, 256, 8));
     w.allocate_kv(kv_layout_for(w, 16, 256, 8));
-    const ForwardBatch b = prefill(random_prompt(256, 9));  // 128 routed rows per expert
+    const ForwardBatch b = prefill_batch(random_prompt(256, 9));  // 128 routed rows per expert
     a.forward(b);
     w.forward(b);
     std::vector<float> la, lw;
