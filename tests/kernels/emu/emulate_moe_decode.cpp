@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "emu_moe_check.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
@@ -48,57 +49,15 @@ using namespace osprey;
 
 namespace {
 
-int failures = 0, checks = 0;
+using emu::checks;
+using emu::compare;
+using emu::failures;
+using Weights = emu::Mxfp4TestExperts;
 
 struct Shape {
     const char* name;
     int n_experts, d_model, d_ff;
 };
-
-struct Weights {
-    int n_experts, n_out, n_in;
-    std::vector<uint8_t> blocks, scales;
-    std::vector<bf16> bias;
-    std::vector<float> bias_f;
-    Weights(int e, int n_out_, int n_in_, std::mt19937& rng) : n_experts(e), n_out(n_out_), n_in(n_in_) {
-        blocks.resize(size_t(e) * n_out * n_in / 2 + 16);  // (+16: slack, never read)
-        scales.resize(size_t(e) * n_out * n_in / 32);
-        for (auto& b : blocks) b = uint8_t(rng());
-        for (auto& s : scales) s = uint8_t(116 + rng() % 7);
-        for (size_t i = 0; i < scales.size(); i += 37)
-            scales[i] = uint8_t(rng() % 2 ? 34 + rng() % 30 : 140 + rng() % 21);
-        bias.resize(size_t(e) * n_out), bias_f.resize(bias.size());
-        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-        for (size_t i = 0; i < bias.size(); ++i) bias[i] = float_to_bf16(u(rng)), bias_f[i] = bf16_to_float(bias[i]);
-    }
-    std::vector<float> matmul(int e, const std::vector<float>& x, int n) const {
-        std::vector<float> y(size_t(n) * n_out);
-        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
-        cpu::mxfp4_matmul(y, x, std::span(blocks).subspan(e * bb, bb), std::span(scales).subspan(e * sb, sb),
-                          std::span(bias_f).subspan(size_t(e) * n_out, n_out), n, n_in, n_out);
-        return y;
-    }
-};
-
-// Worst |got - want| / (rel * max|want| + 1e-30) over a vector, printed on failure.
-void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
-             int cols, double rel) {
-    ++checks;
-    double mx = 0;
-    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
-    double worst = -1;
-    size_t wi = 0, bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double e = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) / (rel * mx + 1e-30) : INFINITY;
-        if (!(e <= 1)) ++bad;
-        if (!(e <= worst)) worst = e, wi = i;
-    }
-    if (bad) {
-        ++failures;
-        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (%.3g x bound, max|want| %g)\n",
-                    tag.c_str(), what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], worst, mx);
-    }
-}
 
 void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int routing, int max_ctas,
          std::mt19937& rng) {
@@ -172,7 +131,7 @@ int main(int argc, char** argv) {
     // with one group); mid: 4 and 3 k-steps with a partial last step, 16 experts.
     const Shape shapes[] = {{"tiny", 8, 128, 128}, {"odd", 6, 96, 160}, {"mid", 16, 512, 288}};
     for (const Shape& s : shapes) {
-        const Weights w1(s.n_experts, 2 * s.d_ff, s.d_model, rng), w2(s.n_experts, s.d_model, s.d_ff, rng);
+        const Weights w1(s.n_experts, 2 * s.d_ff, s.d_model, rng, 16), w2(s.n_experts, s.d_model, s.d_ff, rng, 16);
         for (int max_ctas : {2, 7, 132})
             for (int t : {1, 3, 8})
                 for (int routing : {0, 1, 2}) {

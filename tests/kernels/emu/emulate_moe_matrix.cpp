@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>
 
+#include "emu_moe_check.h"
 #include "core/fp8.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/swiglu.h"
@@ -49,7 +50,9 @@ using namespace osprey;
 
 namespace {
 
-int failures = 0, checks = 0;
+using emu::checks;
+using emu::compare;
+using emu::failures;
 
 // One projection of every expert: FP8 codes + block multipliers (each 128 x 128 block of a different
 // magnitude), or BF16; bias.
@@ -104,26 +107,6 @@ struct Weights {
         return y;
     }
 };
-
-void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
-             int cols, double tol_max, double tol_rel) {
-    ++checks;
-    double mx = 0;
-    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
-    double worst = -1e300;
-    size_t wi = 0, bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) - (tol_max * mx + tol_rel * std::fabs(want[i]))
-                                                 : 1e300;
-        if (err > 0) ++bad;
-        if (err > worst) worst = err, wi = i;
-    }
-    if (bad) {
-        ++failures;
-        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (max|want| %g)\n", tag.c_str(),
-                    what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], mx);
-    }
-}
 
 // The emulated quantisation against the reference, bit for bit; returns the reference codes and scales.
 void check_quantized(const std::string& tag, const char* what, const std::vector<uint8_t>& q, const std::vector<float>& s,

@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 
+#include "emu_moe_check.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/swiglu.h"
@@ -51,47 +52,13 @@ using namespace osprey;
 
 namespace {
 
-int failures = 0, checks = 0;
+using emu::checks;
+using emu::failures;
+using Weights = emu::Mxfp4TestExperts;
 
 struct Shape {
     const char* name;
     int n_experts, d_model, d_ff;
-};
-
-struct Weights {
-    int n_experts, n_out, n_in;
-    std::vector<uint8_t> blocks, scales;
-    std::vector<bf16> bias;
-    std::vector<float> bias_f;
-    Weights(int e, int n_out_, int n_in_, std::mt19937& rng) : n_experts(e), n_out(n_out_), n_in(n_in_) {
-        blocks.resize(size_t(e) * n_out * n_in / 2);
-        scales.resize(size_t(e) * n_out * n_in / 32);
-        for (auto& b : blocks) b = uint8_t(rng());
-        for (auto& s : scales) s = uint8_t(116 + rng() % 7);
-        for (size_t i = 0; i < scales.size(); i += 37)
-            scales[i] = uint8_t(rng() % 2 ? 34 + rng() % 30 : 140 + rng() % 21);
-        bias.resize(size_t(e) * n_out), bias_f.resize(bias.size());
-        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-        for (size_t i = 0; i < bias.size(); ++i) bias[i] = float_to_bf16(u(rng)), bias_f[i] = bf16_to_float(bias[i]);
-    }
-    std::vector<float> matmul(int e, const std::vector<float>& x, int n) const {
-        std::vector<float> y(size_t(n) * n_out);
-        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
-        cpu::mxfp4_matmul(y, x, std::span(blocks).subspan(e * bb, bb), std::span(scales).subspan(e * sb, sb),
-                          std::span(bias_f).subspan(size_t(e) * n_out, n_out), n, n_in, n_out);
-        return y;
-    }
-    // |W_e| · x + |b_e| (x >= 0): the magnitude a dot product's rounding error scales with.
-    std::vector<float> abs_matmul(int e, const std::vector<float>& x) const {
-        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
-        std::vector<uint8_t> b(blocks.begin() + e * bb, blocks.begin() + (e + 1) * bb);
-        for (uint8_t& v : b) v &= 0x77;
-        std::vector<float> bias_abs(bias_f.begin() + size_t(e) * n_out, bias_f.begin() + size_t(e + 1) * n_out);
-        for (float& v : bias_abs) v = std::fabs(v);
-        std::vector<float> y(n_out);
-        cpu::mxfp4_matmul(y, x, b, std::span(scales).subspan(e * sb, sb), bias_abs, 1, n_in, n_out);
-        return y;
-    }
 };
 
 // |got - want| <= rel * max|want| + extra[i] where own[i]: extra is the summation-order term of each

@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "emu_moe_check.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/w4a8_matmul.h"
@@ -49,7 +50,9 @@ using namespace osprey;
 
 namespace {
 
-int failures = 0, checks = 0;
+using emu::checks;
+using emu::compare;
+using emu::failures;
 
 struct Weights {
     int n_experts, n_out, n_in;
@@ -76,26 +79,6 @@ struct Weights {
         return y;
     }
 };
-
-void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
-             int cols, double tol_max, double tol_rel) {
-    ++checks;
-    double mx = 0;
-    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
-    double worst = -1e300;
-    size_t wi = 0, bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) - (tol_max * mx + tol_rel * std::fabs(want[i]))
-                                                 : 1e300;
-        if (err > 0) ++bad;
-        if (err > worst) worst = err, wi = i;
-    }
-    if (bad) {
-        ++failures;
-        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (max|want| %g)\n", tag.c_str(),
-                    what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], mx);
-    }
-}
 
 // The emulated quantisation against the reference: scales equal, codes equal at their MMA positions.
 // Returns the codes in natural order.

@@ -17,6 +17,7 @@
 #include <thread>
 #include <utility>
 
+#include "emu_moe_check.h"
 #include "kernels/cpu/mxfp4_matmul.h"
 #include "kernels/cpu/swiglu.h"
 #include "moe_wgmma_emulation.h"
@@ -51,53 +52,10 @@ using namespace osprey;
 
 namespace {
 
-int failures = 0, checks = 0;
-
-struct Weights {
-    int n_experts, n_out, n_in;
-    std::vector<uint8_t> blocks, scales;
-    std::vector<bf16> bias;
-    std::vector<float> bias_f;
-    Weights(int e, int n_out_, int n_in_, std::mt19937& rng) : n_experts(e), n_out(n_out_), n_in(n_in_) {
-        blocks.resize(size_t(e) * n_out * n_in / 2);
-        scales.resize(size_t(e) * n_out * n_in / 32);
-        for (auto& b : blocks) b = uint8_t(rng());
-        for (auto& s : scales) s = uint8_t(116 + rng() % 7);
-        for (size_t i = 0; i < scales.size(); i += 37)  // the ends of the exact range
-            scales[i] = uint8_t(rng() % 2 ? 34 + rng() % 30 : 140 + rng() % 21);
-        bias.resize(size_t(e) * n_out), bias_f.resize(bias.size());
-        std::uniform_real_distribution<float> u(-0.5f, 0.5f);
-        for (size_t i = 0; i < bias.size(); ++i) bias[i] = float_to_bf16(u(rng)), bias_f[i] = bf16_to_float(bias[i]);
-    }
-    std::vector<float> matmul(int e, const std::vector<float>& x, int n) const {
-        std::vector<float> y(size_t(n) * n_out);
-        const size_t bb = size_t(n_out) * n_in / 2, sb = size_t(n_out) * n_in / 32;
-        cpu::mxfp4_matmul(y, x, std::span(blocks).subspan(e * bb, bb), std::span(scales).subspan(e * sb, sb),
-                          std::span(bias_f).subspan(size_t(e) * n_out, n_out), n, n_in, n_out);
-        return y;
-    }
-};
-
-// |got - want| <= tol_max * max|want| + tol_rel * |want| everywhere (NaN fails); the worst printed.
-void compare(const char* what, const std::string& tag, const std::vector<float>& got, const std::vector<float>& want,
-             int cols, double tol_max, double tol_rel) {
-    ++checks;
-    double mx = 0;
-    for (float w : want) mx = std::max(mx, double(std::fabs(w)));
-    double worst = -1e300;
-    size_t wi = 0, bad = 0;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::isfinite(got[i]) ? std::fabs(double(got[i]) - want[i]) - (tol_max * mx + tol_rel * std::fabs(want[i]))
-                                                 : 1e300;
-        if (err > 0) ++bad;
-        if (err > worst) worst = err, wi = i;
-    }
-    if (bad) {
-        ++failures;
-        std::printf("FAIL %s %s: %zu of %zu bad; worst row %zu col %zu got %g want %g (max|want| %g)\n", tag.c_str(),
-                    what, bad, got.size(), wi / cols, wi % cols, got[wi], want[wi], mx);
-    }
-}
+using emu::checks;
+using emu::compare;
+using emu::failures;
+using Weights = emu::Mxfp4TestExperts;
 
 struct Shape {
     const char* name;
