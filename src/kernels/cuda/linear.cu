@@ -172,32 +172,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         return;
     }
 
-    // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
+    // The weight fragments of one step: f(u, r, src, valid) for load u of tile r, valid false past K or N
+    // (then src is never read: zeros instead; the matching x fragment is zero past K too).
     // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
-    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
-        const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
-        const int round = step % n_rounds;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int k = kFp8 ? ((round * kGemvWarps + warp) * kBlocks + u / 2) * kFp8Block + u % 2 * 64 + 16 * q
-                               : ((round * kGemvWarps + warp) * kUnroll + u) * kGemvChunk + 8 * q;
-#pragma unroll
-            for (int r = 0; r < kTiles; ++r) {
-                const int row = block * kRows + 8 * r + g;
-                const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
-                                       : static_cast<const void*>(p.w + size_t(row) * K + k);
-                wv[u][r] = k < K && row < N ? __ldcs(reinterpret_cast<const uint4*>(src))  // streamed once
-                                            : make_uint4(0, 0, 0, 0);
-            }
-        }
-    };
-
-    // kRing: the thread's slot of fragment (u, r) in ring stage `step % kGemvRingStages` (after x staged).
-    uint4* ring = reinterpret_cast<uint4*>(smem + gemv_red_bytes(kTiles) + size_t(p.n_tokens) * p.xs_ld * sizeof(bf16));
-    auto ring_slot = [&](int step, int u, int r) {
-        return ring + (size_t(step % kGemvRingStages) * kGemvLoads + u * kTiles + r) * kGemvThreads + threadIdx.x;
-    };
-    auto issue_step = [&](int step) {  // load_step's fragments by cp.async into the ring (zero-filled outside)
+    auto for_each_fragment = [&](int step, auto&& f) {
         const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
         const int round = step % n_rounds;
 #pragma unroll
@@ -208,11 +186,26 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
             for (int r = 0; r < kTiles; ++r) {
                 const int row = block * kRows + 8 * r + g;
                 const bool valid = k < K && row < N;
-                const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + (valid ? size_t(row) * K + k : 0))
-                                       : static_cast<const void*>(p.w + (valid ? size_t(row) * K + k : 0));
-                cp_async16(ring_slot(step, u, r), src, valid);
+                const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
+                                       : static_cast<const void*>(p.w + size_t(row) * K + k);
+                f(u, r, reinterpret_cast<const uint4*>(src), valid);
             }
         }
+    };
+    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {  // into registers
+        for_each_fragment(step, [&](int u, int r, const uint4* src, bool valid) {
+            wv[u][r] = valid ? __ldcs(src) : make_uint4(0, 0, 0, 0);  // streamed once
+        });
+    };
+    // kRing: the thread's slot of fragment (u, r) in ring stage `step % kGemvRingStages` (after x staged).
+    uint4* ring = reinterpret_cast<uint4*>(smem + gemv_red_bytes(kTiles) + size_t(p.n_tokens) * p.xs_ld * sizeof(bf16));
+    auto ring_slot = [&](int step, int u, int r) {
+        return ring + (size_t(step % kGemvRingStages) * kGemvLoads + u * kTiles + r) * kGemvThreads + threadIdx.x;
+    };
+    auto issue_step = [&](int step) {  // into the ring by cp.async (zero-filled where not valid)
+        for_each_fragment(step, [&](int u, int r, const uint4* src, bool valid) {
+            cp_async16(ring_slot(step, u, r), src, valid);
+        });
     };
 
     uint4 cur[kUnroll][kTiles];
