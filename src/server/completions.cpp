@@ -25,15 +25,7 @@ struct Prompt {
 };
 
 std::vector<int32_t> token_array(const json::Value& v, const std::string& path, int vocab_size) {
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < v.size(); ++i) {
-        const json::Value& t = v.as_array()[i];
-        if (!t.is_integer()) wrong_type(str(path, "[", i, "]"), "a token id (integer)", t);
-        const int64_t id = t.as_int();
-        if (id < 0 || id >= vocab_size)
-            bad_param(str(path, "[", i, "]"), str("token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
-        ids.push_back(int32_t(id));
-    }
+    std::vector<int32_t> ids = token_id_array(v, path, vocab_size);
     if (ids.empty()) bad_param(path, "must not be empty");
     return ids;
 }

@@ -12,6 +12,20 @@ void wrong_type(const std::string& path, std::string_view expected, const json::
     bad_param(path, str("expected ", expected, ", got ", json::type_name(value.type())), "invalid_type");
 }
 
+std::vector<int32_t> token_id_array(const json::Value& value, const std::string& path, int vocab_size) {
+    std::vector<int32_t> ids;
+    ids.reserve(value.size());
+    for (size_t i = 0; i < value.size(); ++i) {
+        const json::Value& t = value.as_array()[i];
+        if (!t.is_integer()) wrong_type(str(path, "[", i, "]"), "a token id (integer)", t);
+        const int64_t id = t.as_int();
+        if (id < 0 || id >= vocab_size)
+            bad_param(str(path, "[", i, "]"), str("token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
+        ids.push_back(int32_t(id));
+    }
+    return ids;
+}
+
 Fields::Fields(const json::Value& value, std::string path) : value_(value), path_(std::move(path)) {
     if (!value.is_object()) wrong_type(path_.empty() ? "body" : path_, "an object", value);
 }

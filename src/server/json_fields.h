@@ -45,4 +45,8 @@ private:
 // "expected a string, got number" style message for `value` at `path`.
 [[noreturn]] void wrong_type(const std::string& path, std::string_view expected, const json::Value& value);
 
+// `value` (an array) as token ids, each an integer in [0, vocab_size); ApiError naming the element
+// ("prompt[3]") otherwise. May be empty: the caller says whether that is allowed.
+std::vector<int32_t> token_id_array(const json::Value& value, const std::string& path, int vocab_size);
+
 }  // namespace osprey::server

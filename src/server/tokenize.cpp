@@ -11,23 +11,6 @@
 
 namespace osprey::server {
 
-namespace {
-
-std::vector<int32_t> token_ids(const json::Value& v, const std::string& path, int vocab_size) {
-    std::vector<int32_t> ids;
-    for (size_t i = 0; i < v.size(); ++i) {
-        const json::Value& t = v.as_array()[i];
-        if (!t.is_integer()) wrong_type(str(path, "[", i, "]"), "a token id (integer)", t);
-        const int64_t id = t.as_int();
-        if (id < 0 || id >= vocab_size)
-            bad_param(str(path, "[", i, "]"), str("token id ", id, " is outside the vocabulary [0, ", vocab_size, ")"));
-        ids.push_back(int32_t(id));
-    }
-    return ids;
-}
-
-}  // namespace
-
 http::HttpResponse handle_tokenize(ServerContext& ctx, const json::Value& body) {
     Fields f(body, "");
     if (auto model = f.string("model")) check_model(ctx, *model);
@@ -81,7 +64,7 @@ http::HttpResponse handle_detokenize(ServerContext& ctx, const json::Value& body
     if (auto model = f.string("model")) check_model(ctx, *model);
     const json::Value* tokens = f.array("tokens");
     if (!tokens) bad_param("tokens", "required", "missing_required_parameter");
-    const std::vector<int32_t> ids = token_ids(*tokens, "tokens", ctx.tokenizer.vocab_size());
+    const std::vector<int32_t> ids = token_id_array(*tokens, "tokens", ctx.tokenizer.vocab_size());
     f.finish();
     json::Value v;
     v.set("prompt", ctx.tokenizer.decode_bytes(ids));  // a cut character is written as U+FFFD

@@ -233,6 +233,33 @@ TEST_F(ServerE2E, ErrorsAreOpenAiShaped) {
     ::close(fd);
 }
 
+// Token-id prompts (/v1/completions) and /detokenize share one validation (json_fields.h
+// token_id_array): a bad element is named by its index; an empty prompt is refused, an empty
+// /detokenize list is not.
+TEST_F(ServerE2E, TokenIdArraysNameTheBadElement) {
+    const int fd = connect_client();
+    std::string buffer;
+    send_all(fd, post("/v1/completions", R"({"model": "m", "prompt": [1, 2, -5], "max_tokens": 1})"));
+    std::string r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 400"), std::string::npos) << r;
+    EXPECT_NE(r.find(R"("param":"prompt[2]")"), std::string::npos) << r;
+    EXPECT_NE(r.find("outside the vocabulary"), std::string::npos) << r;
+    send_all(fd, post("/v1/completions", R"({"model": "m", "prompt": [1, "x"], "max_tokens": 1})"));
+    r = read_response(fd, buffer);
+    EXPECT_NE(r.find(R"("param":"prompt[1]")"), std::string::npos) << r;
+    EXPECT_NE(r.find("a token id (integer)"), std::string::npos) << r;
+    send_all(fd, post("/v1/completions", R"({"model": "m", "prompt": [], "max_tokens": 1})"));
+    r = read_response(fd, buffer);
+    EXPECT_NE(r.find("must not be empty"), std::string::npos) << r;
+    send_all(fd, post("/detokenize", R"({"tokens": [3, 1000000000]})"));
+    r = read_response(fd, buffer);
+    EXPECT_NE(r.find(R"("param":"tokens[1]")"), std::string::npos) << r;
+    send_all(fd, post("/detokenize", R"({"tokens": []})"));
+    r = read_response(fd, buffer);
+    EXPECT_NE(r.find("HTTP/1.1 200"), std::string::npos) << r;
+    ::close(fd);
+}
+
 // Chat completions and responses submit through the front end's one submit_rendered(); its errors
 // still name each API's own fields.
 TEST_F(ServerE2E, OutputLimitErrorsNameEachApisField) {
