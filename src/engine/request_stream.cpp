@@ -52,20 +52,16 @@ Event RequestStream::pop() {
     std::unique_lock lock(mu_);
     OSPREY_CHECK(n_finished_popped_ < n_samples_ || !events_.empty(), "request '", id_, "' has no more events");
     cv_.wait(lock, [&] { return !events_.empty(); });
-    Event e = std::move(events_.front());
-    events_.pop_front();
-    if (e.kind == Event::Kind::finish) ++n_finished_popped_;
-    drain_fd_locked();
-    if (auto hook = popped_locked()) {
-        lock.unlock();
-        hook();
-    }
-    return e;
+    return take_front(lock);
 }
 
 std::optional<Event> RequestStream::pop_for(std::chrono::milliseconds timeout) {
     std::unique_lock lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return !events_.empty(); })) return std::nullopt;
+    return take_front(lock);
+}
+
+Event RequestStream::take_front(std::unique_lock<std::mutex>& lock) {
     Event e = std::move(events_.front());
     events_.pop_front();
     if (e.kind == Event::Kind::finish) ++n_finished_popped_;

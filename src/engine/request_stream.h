@@ -69,6 +69,9 @@ public:
 private:
     void drain_fd_locked();
     std::function<void()> popped_locked();  // after a pop: the engine's wake-up, when it is due
+    // pop()'s and pop_for()'s common end: the front event out (with the lock held on entry; released
+    // before the engine's wake-up runs).
+    Event take_front(std::unique_lock<std::mutex>& lock);
 
     const uint64_t uid_;
     const std::string id_;
