@@ -45,3 +45,9 @@ set(OSPREY_SHARED_DIR "${PROJECT_SOURCE_DIR}/../shared" CACHE PATH "shared/ fold
 # The Python interpreter (a venv made by scripts/deps.sh) that differential tests use to run the
 # reference implementations (tiktoken, openai-harmony). Tests skip themselves when it is empty.
 set(OSPREY_PYTHON "" CACHE FILEPATH "python with the test requirements (scripts/requirements-test.txt)")
+# The interpreter the Python-driven tests run under: OSPREY_PYTHON, else any python3 (empty when none).
+set(OSPREY_TEST_PYTHON "${OSPREY_PYTHON}")
+if(NOT OSPREY_TEST_PYTHON)
+  find_package(Python3 COMPONENTS Interpreter)
+  set(OSPREY_TEST_PYTHON "${Python3_EXECUTABLE}")
+endif()
