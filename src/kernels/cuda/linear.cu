@@ -430,9 +430,14 @@ bool gemv_ring_enabled() {
     return on;
 }
 
+// Whether a GEMV block's dynamic shared memory fits beside the norm prologue's static scratch.
+bool gemv_smem_ok(size_t dynamic_bytes) {
+    return dynamic_bytes + 256 <= size_t(smem_optin());
+}
+
 // x of T tokens fits in shared memory with the largest row block (T = 8: K up to ~13k).
 bool gemv_fits(int n_tokens, int n_in) {
-    return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
+    return gemv_smem_ok(gemv_smem_bytes(4, n_tokens, n_in));
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
@@ -441,9 +446,8 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     OSPREY_CHECK(rows == 8 || rows == 16 || rows == 32, "linear: GEMV rows per CTA must be 8, 16 or 32, got ",
                  a.gemv_rows);
     const int tiles = rows / 8;
-    // The ring variant where it is asked for and fits beside x (+ the norm's static scratch).
-    const bool ring = gemv_ring_enabled() &&
-                      gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8, true) + 256 <= size_t(smem_optin());
+    // The ring variant where it is asked for and fits beside x.
+    const bool ring = gemv_ring_enabled() && gemv_smem_ok(gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8, true));
     const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8, ring);
     const GemvParams p{.y = a.y,
                        .x = a.x,
