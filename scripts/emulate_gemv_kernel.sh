@@ -146,12 +146,7 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool
     gridDim.x = unsigned(grid);
     for (int b = 0; b < grid; ++b) {
         std::vector<unsigned char> smem(smem_bytes, 0xFF);  // garbage: NaN if read unwritten
-        std::barrier<> block(kGemvThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < kGemvWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
+        const EmuCtaSync sync(kGemvThreads);
         g_mma.assign(kGemvThreads, MmaSlot{});
         std::vector<std::thread> threads;
         for (int t = 0; t < kGemvThreads; ++t)
@@ -182,13 +177,7 @@ inline void emu_launch_wide(const LinearArgs& a, int ldx, int ldy, bool f32, boo
     const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
     gridDim.x = unsigned(grid);
     for (int b = 0; b < grid; ++b) {
-        std::barrier<> block(threads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < kWideWarps; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_slots.assign(kWideWarps, Slot{});
+        const EmuCtaSync sync(threads);
         std::vector<std::thread> th;
         for (int t = 0; t < threads; ++t)
             th.emplace_back([&, t] {

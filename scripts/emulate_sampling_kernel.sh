@@ -28,13 +28,7 @@ hdr="$root/src/kernels/cuda/sampling.h"
 void emu_launch(const SampleRowsArgs& a) {
     const int ld = a.ld ? a.ld : a.vocab_size;
     for (int r = 0; r < a.n_rows; ++r) {
-        std::barrier<> block(kThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_slots.assign(kThreads / 32, Slot{});
+        const EmuCtaSync sync(kThreads);
         std::vector<std::thread> threads;
         for (int t = 0; t < kThreads; ++t)
             threads.emplace_back([&, t] {

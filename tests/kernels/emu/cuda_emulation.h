@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 #include <algorithm>
@@ -27,6 +28,19 @@ inline std::barrier<>* g_block = nullptr;
 inline std::vector<std::barrier<>*> g_warp;
 struct alignas(8) Slot { uint64_t v[32]; };
 inline std::vector<Slot> g_slots;
+// One emulated CTA of `threads` threads: its block barrier (__syncthreads), its warp barriers (wbar) and
+// its warps' shuffle slots, installed in g_block / g_warp / g_slots for as long as it lives.
+struct EmuCtaSync {
+    std::barrier<> block;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    explicit EmuCtaSync(int threads) : block(threads) {
+        for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+        g_block = &block;
+        g_warp.clear();
+        for (auto& w : warps) g_warp.push_back(w.get());
+        g_slots.assign(size_t(threads / 32), Slot{});
+    }
+};
 inline void __syncthreads() { g_block->arrive_and_wait(); }
 inline void wbar() { g_warp[threadIdx.x / 32]->arrive_and_wait(); }
 template <class T> T xchg(T v, int src_lane) {

@@ -32,13 +32,7 @@ void emu_launch(int gx, int gy, int threads, size_t smem, F&& body) {
     for (int y = 0; y < gy; ++y)
         for (int x = 0; x < gx; ++x) {
             std::memset(window, 0xFF, g_smem_window_bytes);
-            std::barrier<> block(threads);
-            std::vector<std::unique_ptr<std::barrier<>>> warps;
-            for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-            g_block = &block;
-            g_warp.clear();
-            for (auto& w : warps) g_warp.push_back(w.get());
-            g_slots.assign(size_t(threads / 32), Slot{});
+            const EmuCtaSync sync(threads);
             g_warp_frag.assign(size_t(threads / 32), EmuWarpFrag{});
             g_mma.assign(size_t(threads / 32), {});
             std::vector<std::thread> ts;

@@ -37,13 +37,7 @@ void emu_attention_prefill_wgmma(const AttnArgs& a, const std::vector<AttnItem>&
         std::memset(window, 0xFF, g_smem_window_bytes);
         sm90::g_mbars.clear();
         sm90::emu_named_reset();
-        std::barrier<> block(C::kThreads);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (int w = 0; w < C::kThreads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        g_block = &block;
-        g_warp.clear();
-        for (auto& w : warps) g_warp.push_back(w.get());
-        g_slots.assign(C::kThreads / 32, Slot{});
+        const EmuCtaSync sync(C::kThreads);
         sm90::g_wg_bar.clear();
         for (int w = 0; w < C::kThreads / 128; ++w) sm90::g_wg_bar.push_back(std::make_unique<std::barrier<>>(128));
         sm90::g_wg_slots.assign(C::kThreads / 128, {});

@@ -233,13 +233,7 @@ template <class Kernel>
 void emu_run_mma_cta(int b, int grid, int threads, size_t smem, Kernel&& kernel) {
     std::vector<uint8_t> dyn(smem + 256, 0xFF);
     g_dyn_smem = dyn.data() + (128 - reinterpret_cast<uintptr_t>(dyn.data()) % 128) % 128;
-    std::barrier<> block(threads);
-    std::vector<std::unique_ptr<std::barrier<>>> warps;
-    for (int w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-    g_block = &block;
-    g_warp.clear();
-    for (auto& w : warps) g_warp.push_back(w.get());
-    g_slots.assign(size_t(threads) / 32, Slot{});
+    const EmuCtaSync sync(threads);
     g_mma.assign(size_t(threads) / 32, {});
     gridDim.x = unsigned(grid);
     emu_threads(b, threads, kernel);
