@@ -6,7 +6,7 @@ the table gives each variant's median total tokens/s per (context, batch) over t
 values, and the ratio to the first variant. What the eighth session did by hand for every A/B knob
 (docs/performance.md), as one command:
 
-  scripts/decode_ab.py --osprey BIN --rounds 2 --variant base= --variant ring=OSPREY_GEMV_RING=1 \\
+  scripts/decode_ab.py --osprey BIN --rounds 2 --variant base= --variant one=OSPREY_MOE_DECODE_CTAS_PER_SM=1 \\
       -- --model /dev/shm/m20 --contexts 1024 --batches 1,8 --steps 64
 
 A variant is NAME=ENV, ENV being space-separated VAR=VALUE pairs (empty: the environment as is). The

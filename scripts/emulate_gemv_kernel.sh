@@ -21,7 +21,6 @@ src="$root/src/kernels/cuda/linear.cu"
   cat <<'CPP'
 #include <memory>
 #include "core/fp8.h"
-#include "cp_async_queue.h"
 #define __align__(n)
 using osprey::bf16;
 using __nv_bfloat16 = osprey::bf16;
@@ -82,14 +81,6 @@ inline void bf16x8_to_float(const uint4& u, float (&f)[8]) {
         f[2 * i] = osprey::bf16_to_float(bf16{uint16_t(w[i] & 0xFFFF)}),
         f[2 * i + 1] = osprey::bf16_to_float(bf16{uint16_t(w[i] >> 16)});
 }
-// cp.async (mma.cuh; the GEMV's ring variant): queued per thread, landing only when a wait retires their
-// group (cp_async_queue.h), so a read before the right wait sees the 0xFF garbage of the block's smem.
-inline void cp_async16(void* smem, const void* gmem, bool valid = true) {
-    if (reinterpret_cast<uintptr_t>(smem) % 16 || (valid && reinterpret_cast<uintptr_t>(gmem) % 16)) std::abort();
-    osprey::cuda::cp_async_enqueue(smem, gmem, valid, 16);
-}
-using osprey::cuda::cp_async_commit;
-using osprey::cuda::cp_async_wait;
 // mul.rn.bf16x2: each half's product in float (exact: 8-bit significands), rounded to nearest even.
 inline uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
     auto half = [](uint32_t v, int i) { return osprey::bf16_to_float(bf16{uint16_t(v >> (16 * i))}); };
@@ -141,8 +132,7 @@ CPP
   sed -n '/^constexpr int kWideWarps/,/^void gemv_wide(/p' "$src" | sed '$d'
   cat <<'CPP'
 // One block after the other, a std::thread per CUDA thread.
-inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes,
-                       bool ring = false) {
+inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
     gridDim.x = unsigned(grid);
     for (int b = 0; b < grid; ++b) {
         std::vector<unsigned char> smem(smem_bytes, 0xFF);  // garbage: NaN if read unwritten
@@ -154,15 +144,12 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
                 g_dyn_smem = smem.data();
-                auto run_ring = [&]<int kT, bool kF, bool kR>() {
-                    if (norm) {
-                        fp8 ? gemv_kernel<kT, kF, true, true, kR>(p) : gemv_kernel<kT, kF, true, false, kR>(p);
-                    } else {
-                        fp8 ? gemv_kernel<kT, kF, false, true, kR>(p) : gemv_kernel<kT, kF, false, false, kR>(p);
-                    }
-                };
                 auto run = [&]<int kT, bool kF>() {
-                    ring ? run_ring.template operator()<kT, kF, true>() : run_ring.template operator()<kT, kF, false>();
+                    if (norm) {
+                        fp8 ? gemv_kernel<kT, kF, true, true>(p) : gemv_kernel<kT, kF, true, false>(p);
+                    } else {
+                        fp8 ? gemv_kernel<kT, kF, false, true>(p) : gemv_kernel<kT, kF, false, false>(p);
+                    }
                 };
                 if (tiles == 1) f32 ? run.operator()<1, true>() : run.operator()<1, false>();
                 if (tiles == 2) f32 ? run.operator()<2, true>() : run.operator()<2, false>();

@@ -6,9 +6,7 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
-#include <string_view>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -110,13 +108,8 @@ constexpr int gemv_xs_ld(int k, bool fp8 = false) {
 __host__ __device__ constexpr size_t gemv_red_bytes(int tiles) {
     return size_t(kGemvWarps) * tiles * 64 * sizeof(float);
 }
-// kRing (OSPREY_GEMV_RING=1, an A/B variant): the weight fragments go through a per-thread ring of
-// kGemvRingStages steps in shared memory, filled by cp.async (no registers held for the loads in flight,
-// so two steps stream while one is computed; each thread reads back only its own copies: no barrier).
-constexpr int kGemvRingStages = 3;
-constexpr size_t kGemvRingBytes = size_t(kGemvRingStages) * kGemvLoads * kGemvThreads * 16;
-size_t gemv_smem_bytes(int tiles, int t, int k, bool fp8 = false, bool ring = false) {
-    return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k, fp8) * sizeof(bf16) + (ring ? kGemvRingBytes : 0);
+size_t gemv_smem_bytes(int tiles, int t, int k, bool fp8 = false) {
+    return gemv_red_bytes(tiles) + size_t(t) * gemv_xs_ld(k, fp8) * sizeof(bf16);
 }
 
 // E4M3 -> BF16, exact, four codes at a time (code i in byte i of w) as two BF16x2 registers: codes 0
@@ -144,7 +137,7 @@ __device__ __forceinline__ uint4 gemv_fp8_order(uint4 v) {
                       (v.z & 0xFFFFu) | (v.w << 16), (v.z >> 16) | (v.w & 0xFFFF0000u));
 }
 
-template <int kTiles, bool kF32, bool kNorm, bool kFp8, bool kRing = false>
+template <int kTiles, bool kF32, bool kNorm, bool kFp8>
 __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
     constexpr int kUnroll = kGemvLoads / kTiles;  // 16-byte loads per row per warp and round
     constexpr int kBlocks = kUnroll / 2;          // FP8: 128-input blocks per warp and round
@@ -172,10 +165,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         return;
     }
 
-    // The weight fragments of one step: f(u, r, src, valid) for load u of tile r, valid false past K or N
-    // (then src is never read: zeros instead; the matching x fragment is zero past K too).
+    // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
     // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
-    auto for_each_fragment = [&](int step, auto&& f) {
+    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
         const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
         const int round = step % n_rounds;
 #pragma unroll
@@ -185,38 +177,16 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 #pragma unroll
             for (int r = 0; r < kTiles; ++r) {
                 const int row = block * kRows + 8 * r + g;
-                const bool valid = k < K && row < N;
                 const void* src = kFp8 ? static_cast<const void*>(p.w8.codes + size_t(row) * K + k)
                                        : static_cast<const void*>(p.w + size_t(row) * K + k);
-                f(u, r, reinterpret_cast<const uint4*>(src), valid);
+                wv[u][r] = k < K && row < N ? __ldcs(reinterpret_cast<const uint4*>(src))  // streamed once
+                                            : make_uint4(0, 0, 0, 0);
             }
         }
     };
-    auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {  // into registers
-        for_each_fragment(step, [&](int u, int r, const uint4* src, bool valid) {
-            wv[u][r] = valid ? __ldcs(src) : make_uint4(0, 0, 0, 0);  // streamed once
-        });
-    };
-    // kRing: the thread's slot of fragment (u, r) in ring stage `step % kGemvRingStages` (after x staged).
-    uint4* ring = reinterpret_cast<uint4*>(smem + gemv_red_bytes(kTiles) + size_t(p.n_tokens) * p.xs_ld * sizeof(bf16));
-    auto ring_slot = [&](int step, int u, int r) {
-        return ring + (size_t(step % kGemvRingStages) * kGemvLoads + u * kTiles + r) * kGemvThreads + threadIdx.x;
-    };
-    auto issue_step = [&](int step) {  // into the ring by cp.async (zero-filled where not valid)
-        for_each_fragment(step, [&](int u, int r, const uint4* src, bool valid) {
-            cp_async16(ring_slot(step, u, r), src, valid);
-        });
-    };
 
     uint4 cur[kUnroll][kTiles];
-    if constexpr (kRing) {
-        for (int s = 0; s < kGemvRingStages - 1; ++s) {  // in flight while x is staged
-            if (s < n_steps) issue_step(s);
-            cp_async_commit();
-        }
-    } else {
-        load_step(0, cur);  // in flight while x is staged
-    }
+    load_step(0, cur);  // in flight while x is staged
     // The weights are constant, so their first loads go out before the wait: when the previous kernel
     // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
     pdl_enter();
@@ -261,16 +231,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 
     for (int step = 0; step < n_steps; ++step) {
         uint4 next[kUnroll][kTiles];
-        if constexpr (kRing) {
-            // The slot step + 2 fills is the one step - 1 read (this thread's own, already in registers).
-            if (step + kGemvRingStages - 1 < n_steps) issue_step(step + kGemvRingStages - 1);
-            cp_async_commit();
-            cp_async_wait<kGemvRingStages - 1>();  // this step's copies have landed
-#pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
-#pragma unroll
-                for (int r = 0; r < kTiles; ++r) cur[u][r] = *ring_slot(step, u, r);
-        } else if (step + 1 < n_steps) {
+        if (step + 1 < n_steps) {
             load_step(step + 1, next);  // issued before this step's fragments are used
         } else {
 #pragma unroll
@@ -389,12 +350,10 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
             __syncthreads();  // red is rewritten by the next row block
         }
 
-        if constexpr (!kRing) {
 #pragma unroll
-            for (int u = 0; u < kUnroll; ++u)
+        for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-                for (int r = 0; r < kTiles; ++r) cur[u][r] = next[u][r];
-        }
+            for (int r = 0; r < kTiles; ++r) cur[u][r] = next[u][r];
     }
 }
 
@@ -421,23 +380,9 @@ int smem_optin() {
     return v;
 }
 
-// $OSPREY_GEMV_RING=1: the GEMV's ring variant (kRing above; an A/B knob, read once).
-bool gemv_ring_enabled() {
-    static const bool on = [] {
-        const char* v = std::getenv("OSPREY_GEMV_RING");
-        return v && std::string_view(v) == "1";
-    }();
-    return on;
-}
-
-// Whether a GEMV block's dynamic shared memory fits beside the norm prologue's static scratch.
-bool gemv_smem_ok(size_t dynamic_bytes) {
-    return dynamic_bytes + 256 <= size_t(smem_optin());
-}
-
 // x of T tokens fits in shared memory with the largest row block (T = 8: K up to ~13k).
 bool gemv_fits(int n_tokens, int n_in) {
-    return gemv_smem_ok(gemv_smem_bytes(4, n_tokens, n_in));
+    return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
@@ -446,9 +391,7 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     OSPREY_CHECK(rows == 8 || rows == 16 || rows == 32, "linear: GEMV rows per CTA must be 8, 16 or 32, got ",
                  a.gemv_rows);
     const int tiles = rows / 8;
-    // The ring variant where it is asked for and fits beside x.
-    const bool ring = gemv_ring_enabled() && gemv_smem_ok(gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8, true));
-    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8, ring);
+    const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8);
     const GemvParams p{.y = a.y,
                        .x = a.x,
                        .w = a.w,
@@ -470,10 +413,7 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
         dispatch_bool(a.y_f32, [&]<bool kF32>() {
             dispatch_bool(a.norm.res != nullptr, [&]<bool kNorm>() {
                 dispatch_bool(fp8, [&]<bool kFp8>() {
-                    dispatch_bool(ring, [&]<bool kRing>() {
-                        cuda::launch(gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>, grid, kGemvThreads, smem, stream,
-                                     p);
-                    });
+                    cuda::launch(gemv_kernel<kTiles, kF32, kNorm, kFp8>, grid, kGemvThreads, smem, stream, p);
                 });
             });
         });
@@ -627,13 +567,10 @@ __global__ void __launch_bounds__(kDequantThreads) fp8_dequant_rows_kernel(bf16*
 // K = 4096 is 66 KB). Done by Blas's constructor, before any graph capture (not a stream operation).
 template <int kTiles, bool kF32, bool kNorm, bool kFp8>
 void gemv_configure_one(int smem_limit) {
-    dispatch_bool(gemv_ring_enabled(), [&]<bool kRing>() {
-        cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>));
-        CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<kTiles, kF32, kNorm, kFp8, kRing>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        smem_limit - int(attr.sharedSizeBytes)));
-    });
+    cudaFuncAttributes attr{};  // the norm prologue's reduction scratch is static shared memory
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_kernel<kTiles, kF32, kNorm, kFp8>));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<kTiles, kF32, kNorm, kFp8>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_limit - int(attr.sharedSizeBytes)));
 }
 
 void gemv_configure() {

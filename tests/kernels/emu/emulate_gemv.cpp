@@ -123,10 +123,7 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
                        .w8 = {.codes = f8.on ? codes.data() : nullptr, .scale = scale.data(), .block_rows = f8.block_rows}};
     const int n_blocks = (n + rows - 1) / rows;
     const int grid = std::min(n_blocks, grid_cap);
-    // Every other case runs the ring variant (OSPREY_GEMV_RING=1 on the GPU).
-    const bool ring = total % 2 == 1;
-    cuda::emu_launch(p, rows / 8, f32, nm.on, f8.on, grid, cuda::gemv_smem_bytes(rows / 8, t_count, k, f8.on, ring),
-                     ring);
+    cuda::emu_launch(p, rows / 8, f32, nm.on, f8.on, grid, cuda::gemv_smem_bytes(rows / 8, t_count, k, f8.on));
 
     ++total;
     int bad = 0;
@@ -177,10 +174,10 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
         }
     if (bad) {
         ++fails;
-        std::printf("FAIL %s%s N=%d K=%d T=%d rows=%d grid=%d f32=%d bias=%d acc=%d ldx+%d ldy+%d block_rows=%d "
+        std::printf("FAIL %s N=%d K=%d T=%d rows=%d grid=%d f32=%d bias=%d acc=%d ldx+%d ldy+%d block_rows=%d "
                     "norm=%d moe=%d acc_moe=%d: %d bad\n",
-                    f8.on ? "fp8" : "bf16", ring ? " ring" : "", n, k, t_count, rows, grid, f32, bias, acc, pad_x, pad_y,
-                    f8.block_rows, nm.on, nm.moe, acc_moe, bad);
+                    f8.on ? "fp8" : "bf16", n, k, t_count, rows, grid, f32, bias, acc, pad_x, pad_y, f8.block_rows,
+                    nm.on, nm.moe, acc_moe, bad);
     }
 }
 
