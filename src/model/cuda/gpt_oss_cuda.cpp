@@ -299,6 +299,7 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     OSPREY_CHECK(layout.bytes() <= budget || (sharded() && options_.shard->ranks_on_device > 1), "cuda: KV layout needs ",
                  layout.bytes(), " bytes, budget is ", budget);
     graphs_.clear();  // they hold the old cache pointers
+    last_graph_ = nullptr;
     k_cache_.clear();
     v_cache_.clear();
     k8_cache_.clear();
@@ -460,6 +461,7 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     if (meta_device_.size() < bytes) {
         stream_.sync();
         graphs_.clear();  // they read the old arrays
+        last_graph_ = nullptr;
         meta_device_.resize(align_up(bytes * 2, 1 << 16));
     }
     stream_.sync();  // the previous step's upload from the pinned buffer is done
@@ -522,8 +524,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
             it = graphs_.emplace(step.graph_key, std::move(g)).first;
         }
     }
+    last_graph_ = nullptr;
     if (it != graphs_.end()) {
         it->second.replay(stream_);
+        last_graph_ = &it->second;
     } else {
         run_step(step);
     }
@@ -543,12 +547,23 @@ void CudaRunner::forward(const ForwardBatch& batch) {
     n_tokens_ = step.n_tokens;
 }
 
+double CudaRunner::replay_last_graph_us(int n) {
+    OSPREY_CHECK(last_graph_ && n > 0, "replay_last_graph_us: the last forward ran without a CUDA graph");
+    cuda::Event start, stop;
+    start.record(stream_);
+    for (int i = 0; i < n; ++i) last_graph_->replay(stream_);
+    stop.record(stream_);
+    stop.sync();
+    return 1e3 * stop.ms_since(start) / n;
+}
+
 void CudaRunner::set_capture_layers(std::span<const int> layers) {
     for (int l : layers)
         OSPREY_CHECK(l >= 0 && l < config_.n_layers - 1, "cuda runner: capture layer ", l, " outside [0, ",
                      config_.n_layers - 1, ") (the last block's output is not kept)");
     stream_.sync();
     graphs_.clear();  // captured graphs lack (or have) the copies
+    last_graph_ = nullptr;
     capture_layers_.assign(layers.begin(), layers.end());
     if (!layers.empty())
         captured_ = cuda::DeviceBuffer<float>(size_t(options_.max_tokens) * layers.size() * size_t(config_.d_model));

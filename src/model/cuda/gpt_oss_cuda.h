@@ -123,6 +123,11 @@ public:
     size_t weight_bytes() const { return weights_.device_bytes(); }
     cudaStream_t stream() const { return stream_.get(); }
     int graphs_captured() const { return int(graphs_.size()); }
+    // Replays the last forward's CUDA graph `n` times back to back (no host work between them) and
+    // returns the GPU's µs per replay, event to event: the step without host gaps, for benchmarks.
+    // The replays rewrite that step's K/V rows with the same values, so later steps are unaffected.
+    // Throws when the last forward ran without a graph.
+    double replay_last_graph_us(int n);
     // What a graph's launches depend on besides device memory: the step's token and logit-row counts,
     // each attention plan's item counts and the K/V store rows. Metadata offsets follow from them
     // (prepare() packs fixed-size arrays first, the page table last).
@@ -200,6 +205,7 @@ private:
 
     // Decode and verify steps, by shape; how often each shape with verify slices was seen.
     std::map<GraphKey, cuda::Graph> graphs_;
+    const cuda::Graph* last_graph_ = nullptr;  // the graph the last forward replayed, or null
     std::map<GraphKey, int64_t> graph_sightings_;  // shapes with verify slices: the step last seen
     int64_t n_graph_steps_ = 0;                     // graphable steps so far
     int n_logit_rows_ = 0;
