@@ -261,17 +261,26 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
     const int64_t n_chunks = int64_t(rt.n_active) * p.n_mtiles;
     const int64_t first = n_chunks * blockIdx.x / gridDim.x;
     const int n_mine = int(n_chunks * (blockIdx.x + 1) / gridDim.x - first);
+    // The chunks are consecutive, so (slot, m-tile) is stepped rather than divided out per chunk (a
+    // 64-bit division is a ~70-instruction routine, paid by every consumer warp for every chunk; the
+    // H200 measured 20b 8 tokens 105.8 against 111.9 us with it, 1 token 33.1 against 34.3).
+    struct Cursor {
+        int a, mt;
+    };
+    const Cursor start{int(first / p.n_mtiles), int(first % p.n_mtiles)};
+    auto advance = [&](Cursor& cur) {
+        if (++cur.mt == p.n_mtiles) cur.mt = 0, ++cur.a;
+    };
     const uint32_t blk_bytes = uint32_t(kRows * p.n_groups * 16), sc_bytes = uint32_t(kRows * p.n_groups);
 
     if (warp == kProducerWarp) {
         if (lane != 0) return;
         const uint64_t policy = evict_first_policy();
-        for (int i = 0; i < n_mine; ++i) {
+        Cursor cur = start;
+        for (int i = 0; i < n_mine; ++i, advance(cur)) {
             const int s = i % kStages;
             if (i >= kStages) mbar_wait(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
-            const int64_t chunk = first + i;
-            const int a = int(chunk / p.n_mtiles), mt = int(chunk - int64_t(a) * p.n_mtiles);
-            const size_t row = size_t(rt.active[a]) * p.n_out + size_t(mt) * kRows;
+            const size_t row = size_t(rt.active[cur.a]) * p.n_out + size_t(cur.mt) * kRows;
             uint8_t* dst = smem + size_t(s) * p.stage_bytes;
             mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes + kBiasBytes);
             bulk_copy(dst, p.blocks + row * p.n_groups * 16, blk_bytes, &full[s], policy);
@@ -288,10 +297,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
     int x_slot = -1;
     if constexpr (kProj == Proj::mlp1) load_activations<kProj>(p, rt, 0, x);
     float* red_base = reinterpret_cast<float*>(smem + size_t(kStages) * p.stage_bytes);
-    for (int i = 0; i < n_mine; ++i) {
+    Cursor cur = start;
+    for (int i = 0; i < n_mine; ++i, advance(cur)) {
         const int s = i % kStages;
-        const int64_t chunk = first + i;
-        const int a = int(chunk / p.n_mtiles), mt = int(chunk - int64_t(a) * p.n_mtiles);
+        const int a = cur.a, mt = cur.mt;
         if constexpr (kProj == Proj::mlp2) {
             if (a != x_slot) load_activations<kProj>(p, rt, a, x), x_slot = a;
         }
