@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
         Cursor cur = start;
         for (int i = 0; i < n_mine; ++i, advance(cur)) {
             const int s = i % kStages;
-            if (i >= kStages) mbar_wait(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
+            if (i >= kStages) mbar_wait_sleep(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
             const size_t row = size_t(rt.active[cur.a]) * p.n_out + size_t(cur.mt) * kRows;
             uint8_t* dst = smem + size_t(s) * p.stage_bytes;
             mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes + kBiasBytes);
@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
             if (a != x_slot) load_activations<kProj>(p, rt, a, x), x_slot = a;
         }
         const bool finisher = i % kConsumerWarps == warp;  // this warp sums the chunk and runs its epilogue
-        mbar_wait(&full[s], uint32_t(i / kStages) & 1u);
+        mbar_wait_sleep(&full[s], uint32_t(i / kStages) & 1u);
         const uint8_t* blk = smem + size_t(s) * p.stage_bytes;  // [16 rows][n_groups][16 B]
         const uint8_t* sc = blk + blk_bytes;                    // [16 rows][n_groups]
         float bias_a = 0.0f, bias_b = 0.0f;                     // read before the stage is released
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
         // loads and stores, mlp2's arrival counter) does not hold the others back.
         const int b = i % kRedBufs, round = i / kRedBufs;
         float* red = red_base + b * kRedFloats;
-        if (round > 0) mbar_wait(&red_empty[b], uint32_t(round - 1) & 1u);  // the previous finisher has read it
+        if (round > 0) mbar_wait_sleep(&red_empty[b], uint32_t(round - 1) & 1u);  // the previous finisher has read it
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             float sum = part[0][j] + part[1][j];
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
         __syncwarp();
         if (lane == 0) mbar_arrive(&red_full[b]);
         if (finisher) {
-            mbar_wait(&red_full[b], uint32_t(round) & 1u);
+            mbar_wait_sleep(&red_full[b], uint32_t(round) & 1u);
             float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             for (int w = 0; w < kConsumerWarps; ++w)  // in warp order: deterministic
 #pragma unroll

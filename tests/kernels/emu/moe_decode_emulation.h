@@ -136,6 +136,9 @@ inline void mbar_wait(mbar_t* b, uint32_t parity) {
         }
     }
 }
+inline void mbar_wait_sleep(mbar_t* b, uint32_t parity) {  // the hint changes nothing here
+    mbar_wait(b, parity);
+}
 inline void bulk_copy(void* dst, const void* src, uint32_t bytes, mbar_t* b, uint64_t) {
     if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
         std::fprintf(stderr, "bulk_copy: misaligned (%u bytes)\n", bytes);
