@@ -178,32 +178,6 @@ struct Case {
     int experts_used = 0;  // > 0: the batch concentrated on experts [0, experts_used)
 };
 
-// |got - want| <= tol_max * max|want| + tol_rel * |want|; NaN fails.
-inline void expect_near_all(Result& r, const std::vector<float>& got, const std::vector<float>& want, double tol_max,
-                            double tol_rel, const std::string& what) {
-    double max_want = 0.0;
-    for (float w : want) max_want = std::max(max_want, double(std::fabs(w)));
-    size_t bad = 0, worst_i = 0;
-    double worst = -1e300;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(double(got[i]) - want[i]) - (tol_max * max_want + tol_rel * std::fabs(want[i]));
-        if (std::isnan(got[i]) || err > 0) ++bad;
-        if (std::isnan(got[i]) || err > worst) worst = std::isnan(got[i]) ? 1e300 : err, worst_i = i;
-    }
-    if (bad)
-        r.fail(what, ": ", bad, " of ", got.size(), " out of tolerance; worst at ", worst_i, " got ", got[worst_i],
-               " want ", want[worst_i], " (max |want| ", max_want, ")");
-}
-
-inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 // Logits uniform in [-4, 4] (or pushed onto experts [0, experts_used)), routed and grouped on the device.
 struct Routed {
     int n_tokens = 0, n_rows = 0;

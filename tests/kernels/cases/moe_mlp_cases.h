@@ -157,37 +157,6 @@ struct Case {
     bool w4a8 = false;       // moe_w4a8 (FP8 wgmma) in place of mlp1 + mlp2 (kernel is then unused)
 };
 
-// |got - want| <= tol_max * max|want| + tol_rel * |want| over the listed values; NaN fails.
-inline void expect_near_all(Result& r, const std::vector<float>& got, const std::vector<float>& want, double tol_max,
-                            double tol_rel, const std::string& what) {
-    if (got.size() != want.size()) {
-        r.fail(what, ": ", got.size(), " values, expected ", want.size());
-        return;
-    }
-    double max_want = 0.0;
-    for (float w : want) max_want = std::max(max_want, double(std::fabs(w)));
-    size_t bad = 0, worst_i = 0;
-    double worst = -1e300;
-    for (size_t i = 0; i < got.size(); ++i) {
-        const double err = std::fabs(double(got[i]) - want[i]) - (tol_max * max_want + tol_rel * std::fabs(want[i]));
-        if (std::isnan(got[i]) || err > 0) ++bad;
-        if (std::isnan(got[i]) || err > worst) worst = std::isnan(got[i]) ? 1e300 : err, worst_i = i;
-    }
-    if (bad)
-        r.fail(what, ": ", bad, " of ", got.size(), " out of tolerance; worst at ", worst_i, " got ", got[worst_i],
-               " want ", want[worst_i], " (max |want| ", max_want, ")");
-}
-
-// ||got - want|| / ||want|| over the listed values.
-inline double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 // A W4A8 case: route -> group -> moe_w4a8 (quantise x, mlp1, quantise u, mlp2) -> combine, checked
 //   - u against the W4A8 reference fed the same quantised x (the CPU quantisation is the GPU's, bit for
 //     bit; the test of moe_w4a8_quantize checks that): the FP8 tensor core truncates each k32 step's sum
