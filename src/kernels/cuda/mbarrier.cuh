@@ -42,7 +42,7 @@ __device__ __forceinline__ void mbar_wait(mbar_t* bar, uint32_t parity) {
 
 // mbar_wait with a suspend-time hint: a thread whose phase is not complete is suspended in hardware
 // until it completes (or the hint, in ns, runs out) instead of looping on try_wait, so that waiting
-// warps take fewer issue slots from the working ones (moe_decode: ncu counted ~14% of its issued
+// warps take fewer issue slots from the working ones (moe_decode: ncu counted ~10% of its issued
 // instructions in the spin loops). Same semantics as mbar_wait.
 __device__ __forceinline__ void mbar_wait_sleep(mbar_t* bar, uint32_t parity) {
     asm volatile(

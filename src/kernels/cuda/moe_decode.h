@@ -31,9 +31,9 @@
 //   ~0.26 warp-instr/byte: issue-bound; T = 8: far worse), while one mma consumes 256 weights for
 //   all 8 tokens at once (~0.004 per weight). Total with mma: ~150-170 warp-instructions per KB,
 //   ~0.16 per byte, independent of T <= 8, i.e. ~70% of the issue rate at full bandwidth (the
-//   mma gemv tiling of moe_mlp_mxfp4 is at ~0.31). Measured (docs/performance.md): the decode's
-//   integer work is the limit (Hopper issues integer instructions at half the FP32 rate), 31% of
-//   4.64 TB/s at T = 1 and 42% at T = 8.
+//   mma gemv tiling of moe_mlp_mxfp4 is at ~0.31). Measured (docs/performance.md, ninth session):
+//   0.229 warp-instructions per byte issued (the decode ~53% of them), at ~0.5 per cycle per
+//   scheduler with under one eligible warp: 34.6% of 4.64 TB/s at T = 1, 57% at T = 8 (20b).
 // - FP4 decode: nibble (s, e1, e0, m) -> BF16 bits 15, 8, 7, 6 is FP4 · 2^-126 exactly (0.5 is a
 //   BF16 subnormal), built for two nibbles 16 bits apart with one mask, one multiply by
 //   (2^12 + 2^6) or (2^8 + 2^2) and one mask; one mul.bf16x2 by 2^(scale - 33) makes it normal
