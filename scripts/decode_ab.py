@@ -9,7 +9,9 @@ values, and the ratio to the first variant. What the eighth session did by hand 
   scripts/decode_ab.py --osprey BIN --rounds 2 --variant base= --variant one=OSPREY_MOE_DECODE_CTAS_PER_SM=1 \\
       -- --model /dev/shm/m20 --contexts 1024 --batches 1,8 --steps 64
 
-A variant is NAME=ENV, ENV being space-separated VAR=VALUE pairs (empty: the environment as is). The
+A variant is NAME=ENV, ENV being space-separated VAR=VALUE pairs (empty: the environment as is), or
+NAME@BINARY=ENV to run another osprey binary (an old build against a new one, alternated the same way:
+`--variant old@/tmp/old/osprey= --variant new=`). The
 bench's own output goes to OUT/<name>-<round>.md (--out, default a temporary folder); a run that fails
 is reported with its exit status and the end of its output, and counts as missing in the table.
 """
@@ -25,16 +27,21 @@ LINE = re.compile(r"decode context (\d+) batch (\d+): step median ([0-9.]+) ms.*
 
 
 def parse_variant(text):
-    name, sep, env = text.partition("=")
-    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise argparse.ArgumentTypeError(f"variant '{text}' is not NAME=ENV (NAME of letters, digits, _ . -)")
+    """(name, env pairs, binary or None) from NAME[@BINARY]=ENV."""
+    head, sep, env = text.partition("=")
+    name, _, binary = head.partition("@")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or ("@" in head and not binary):
+        raise argparse.ArgumentTypeError(
+            f"variant '{text}' is not NAME=ENV or NAME@BINARY=ENV (NAME of letters, digits, _ . -)")
+    if binary and not os.access(binary, os.X_OK):
+        raise argparse.ArgumentTypeError(f"variant '{name}': {binary} is not an executable")
     pairs = {}
     for item in env.split():
         var, eq, value = item.partition("=")
         if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var):
             raise argparse.ArgumentTypeError(f"variant '{name}': '{item}' is not VAR=VALUE")
         pairs[var] = value
-    return name, pairs
+    return name, pairs, binary or None
 
 
 def parse_output(text):
@@ -57,7 +64,7 @@ def run(osprey, bench_args, env_pairs, log_path):
 def table(variants, results):
     """Markdown: a row per (context, batch), a column per variant."""
     keys = sorted({k for per_round in results.values() for r in per_round for k in r})
-    names = [name for name, _ in variants]
+    names = [v[0] for v in variants]
     head = "| context | batch | " + " | ".join(f"{n} (tokens/s)" for n in names) + " |"
     rows = [head, "|---:|---:|" + "---:|" * len(names)]
     for key in keys:
@@ -85,13 +92,14 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--osprey", default="build/osprey", help="the osprey binary (default build/osprey)")
     p.add_argument("--rounds", type=int, default=2, help="runs of every variant, alternated (default 2)")
-    p.add_argument("--variant", type=parse_variant, action="append", required=True, help="NAME=ENV (repeatable)")
+    p.add_argument("--variant", type=parse_variant, action="append", required=True,
+                   help="NAME=ENV or NAME@BINARY=ENV (repeatable)")
     p.add_argument("--out", help="folder for the bench logs (default: a temporary folder)")
     a = p.parse_args(argv[:split])
     bench_args = argv[split + 1:]
     if a.rounds < 1:
         p.error("--rounds must be at least 1")
-    names = [n for n, _ in a.variant]
+    names = [v[0] for v in a.variant]
     if len(set(names)) != len(names):
         p.error("variant names must differ")
     if not os.access(a.osprey, os.X_OK):
@@ -101,9 +109,9 @@ def main(argv):
     results = {n: [] for n in names}
     failures = 0
     for r in range(a.rounds):
-        for name, env in a.variant:
+        for name, env, binary in a.variant:
             log = os.path.join(out, f"{name}-{r + 1}.md")
-            rc, text = run(a.osprey, bench_args, env, log)
+            rc, text = run(binary or a.osprey, bench_args, env, log)
             parsed = parse_output(text)
             summary = "; ".join(f"c{c} b{b} {v:.1f}" for (c, b), v in sorted(parsed.items()))
             print(f"round {r + 1} {name}: rc {rc}: {summary}", flush=True)

@@ -18,10 +18,22 @@ grep -qE '^\| 64 \| 2 \| [0-9.]+ \([0-9.]+ / [0-9.]+\) \| [0-9.]+ \([0-9.]+ / [0
     fail "no table row for batch 2"
 [[ -f "$out/ok/base-1.md" && -f "$out/ok/knob-2.md" ]] || fail "the bench logs are missing"
 
+# NAME@BINARY=ENV runs that binary (here a wrapper that leaves a mark, then runs osprey).
+printf '#!/usr/bin/env bash\ntouch "%s/wrapper-ran"\nexec "%s" "$@"\n' "$out" "$osprey" > "$out/wrapped-osprey"
+chmod +x "$out/wrapped-osprey"
+"$python" "$script" --osprey "$osprey" --rounds 1 --out "$out/bin" --variant base= --variant "other@$out/wrapped-osprey=" \
+    -- --backend cpu --contexts 64 --batches 1 --steps 2 --warmup 1 > "$out/bin.txt" 2>&1 || fail "a binary variant: rc $?"
+[[ -f "$out/wrapper-ran" ]] || fail "the variant's binary did not run"
+grep -q '^round 1 other: rc 0: c64 b1 [0-9.]*$' "$out/bin.txt" || fail "no summary for the binary variant"
+if "$python" "$script" --osprey "$osprey" --variant "x@$out/no-such-binary=" -- --backend cpu > "$out/nobin.txt" 2>&1; then
+    fail "a missing variant binary was accepted"
+fi
+grep -q "is not an executable" "$out/nobin.txt" || fail "no message for the missing binary"
+
 if "$python" "$script" --osprey "$osprey" --variant 'bad name=' -- --backend cpu > "$out/bad.txt" 2>&1; then
     fail "a bad variant name was accepted"
 fi
-grep -q "is not NAME=ENV" "$out/bad.txt" || fail "no message for the bad variant"
+grep -q "is not NAME=ENV or NAME@BINARY=ENV" "$out/bad.txt" || fail "no message for the bad variant"
 
 if "$python" "$script" --osprey "$osprey" --rounds 1 --variant a= -- --backend cpu --contexts 64 --batches 1 \
     --no-such-option > "$out/fail.txt" 2>&1; then
