@@ -299,7 +299,6 @@ void CudaRunner::allocate_kv(const KvLayout& layout) {
     OSPREY_CHECK(layout.bytes() <= budget || (sharded() && options_.shard->ranks_on_device > 1), "cuda: KV layout needs ",
                  layout.bytes(), " bytes, budget is ", budget);
     graphs_.clear();  // they hold the old cache pointers
-    last_graph_ = nullptr;
     k_cache_.clear();
     v_cache_.clear();
     k8_cache_.clear();
@@ -461,7 +460,6 @@ void CudaRunner::prepare(const ForwardBatch& batch, Step& step) {
     if (meta_device_.size() < bytes) {
         stream_.sync();
         graphs_.clear();  // they read the old arrays
-        last_graph_ = nullptr;
         meta_device_.resize(align_up(bytes * 2, 1 << 16));
     }
     stream_.sync();  // the previous step's upload from the pinned buffer is done
@@ -524,10 +522,10 @@ void CudaRunner::forward(const ForwardBatch& batch) {
             it = graphs_.emplace(step.graph_key, std::move(g)).first;
         }
     }
-    last_graph_ = nullptr;
+    last_graph_key_.reset();
     if (it != graphs_.end()) {
         it->second.replay(stream_);
-        last_graph_ = &it->second;
+        last_graph_key_ = it->first;
     } else {
         run_step(step);
     }
@@ -548,10 +546,11 @@ void CudaRunner::forward(const ForwardBatch& batch) {
 }
 
 double CudaRunner::replay_last_graph_us(int n) {
-    OSPREY_CHECK(last_graph_ && n > 0, "replay_last_graph_us: the last forward ran without a CUDA graph");
+    const auto it = last_graph_key_ ? graphs_.find(*last_graph_key_) : graphs_.end();
+    OSPREY_CHECK(it != graphs_.end() && n > 0, "replay_last_graph_us: the last forward ran without a CUDA graph");
     cuda::Event start, stop;
     start.record(stream_);
-    for (int i = 0; i < n; ++i) last_graph_->replay(stream_);
+    for (int i = 0; i < n; ++i) it->second.replay(stream_);
     stop.record(stream_);
     stop.sync();
     return 1e3 * stop.ms_since(start) / n;
@@ -563,7 +562,6 @@ void CudaRunner::set_capture_layers(std::span<const int> layers) {
                      config_.n_layers - 1, ") (the last block's output is not kept)");
     stream_.sync();
     graphs_.clear();  // captured graphs lack (or have) the copies
-    last_graph_ = nullptr;
     capture_layers_.assign(layers.begin(), layers.end());
     if (!layers.empty())
         captured_ = cuda::DeviceBuffer<float>(size_t(options_.max_tokens) * layers.size() * size_t(config_.d_model));

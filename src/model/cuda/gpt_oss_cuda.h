@@ -205,7 +205,7 @@ private:
 
     // Decode and verify steps, by shape; how often each shape with verify slices was seen.
     std::map<GraphKey, cuda::Graph> graphs_;
-    const cuda::Graph* last_graph_ = nullptr;  // the graph the last forward replayed, or null
+    std::optional<GraphKey> last_graph_key_;  // the shape whose graph the last forward replayed (benchmarks)
     std::map<GraphKey, int64_t> graph_sightings_;  // shapes with verify slices: the step last seen
     int64_t n_graph_steps_ = 0;                     // graphable steps so far
     int n_logit_rows_ = 0;
