@@ -26,11 +26,14 @@
 
 #include "model/cuda/gpt_oss_cuda.h"
 #include "model/cuda/parallel_cuda.h"
+#include "model/cuda_test_util.h"
 #include "model/synthetic.h"
 #include "model/test_reference_util.h"
 
 namespace osprey::model {
 namespace {
+
+using test::rel_l2;  // cuda_test_util.h
 
 constexpr double kLogitBound = 1e-2;
 
@@ -158,16 +161,6 @@ Trace run(ModelRunner& m) {
         }
     }
     return tr;
-}
-
-double rel_l2(std::span<const float> got, std::span<const float> want) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(got[i])) return INFINITY;
-        num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-        den += double(want[i]) * want[i];
-    }
-    return std::sqrt(num / std::max(den, 1e-30));
 }
 
 const Trace& reference(const std::string& model, bool fp8 = false) {
