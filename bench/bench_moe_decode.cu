@@ -38,8 +38,22 @@ constexpr int kLayers = 2, kInputs = 4, kTopK = 4, kCalls = 24, kReps = 15;
 
 struct Layer {
     cases::moe_mlp::Mxfp4Projection mlp1, mlp2;  // device only (no host copies)
+    DeviceBuffer<uint8_t> mlp1_decode, mlp2_decode;  // the blocks in moe_decode's decode layout (mxfp4_words.h)
     Layer(int n_experts, int d_model, int d_ff, uint64_t seed)
-        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116) {}
+        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116),
+          mlp1_decode(mlp1.d_blocks.size()), mlp2_decode(mlp2.d_blocks.size()) {
+        cuda::mxfp4_to_decode_layout(mlp1.d_blocks.get(), mlp1_decode.get(), mlp1.d_blocks.bytes(), nullptr);
+        cuda::mxfp4_to_decode_layout(mlp2.d_blocks.get(), mlp2_decode.get(), mlp2.d_blocks.bytes(), nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    cuda::Mxfp4Experts view1(cuda::Mxfp4WordLayout w) const {
+        const cuda::Mxfp4Experts v = mlp1.view();
+        return w == cuda::Mxfp4WordLayout::decode ? cuda::Mxfp4Experts{mlp1_decode.get(), v.scales, v.bias} : v;
+    }
+    cuda::Mxfp4Experts view2(cuda::Mxfp4WordLayout w) const {
+        const cuda::Mxfp4Experts v = mlp2.view();
+        return w == cuda::Mxfp4WordLayout::decode ? cuda::Mxfp4Experts{mlp2_decode.get(), v.scales, v.bias} : v;
+    }
 };
 
 // Bytes of one expert's weights both projections read: MXFP4 blocks + scales + BF16 biases.
@@ -198,20 +212,22 @@ void run_shape(const char* name, int n_experts) {
         std::printf("-- %d token%s, %.2f distinct experts on average (%.1f MB of weights per call)\n", n_tokens,
                     n_tokens > 1 ? "s" : "", n_active, bytes / 1e6);
 
-        auto decode = [&](int i, cudaStream_t s, bool pdl) {
+        auto decode = [&](int i, cudaStream_t s, bool pdl,
+                          cuda::Mxfp4WordLayout words = cuda::Mxfp4WordLayout::published) {
             Inputs& b = in[i % kInputs];
             const Layer& l = *layers[i % kLayers];
             cuda::moe_decode({.out = b.out.get(),
                               .router = b.logits.get(),
                               .h = b.h.get(),
-                              .mlp1 = l.mlp1.view(),
-                              .mlp2 = l.mlp2.view(),
+                              .mlp1 = l.view1(words),
+                              .mlp2 = l.view2(words),
                               .workspace = ws.get(),
                               .n_tokens = n_tokens,
                               .n_experts = n_experts,
                               .top_k = kTopK,
                               .d_model = d_model,
                               .d_ff = d_ff,
+                              .words = words,
                               .pdl = pdl},
                              s);
         };
@@ -238,6 +254,10 @@ void run_shape(const char* name, int n_experts) {
         report(label, t_pdl, bytes);
         std::snprintf(label, sizeof label, "%s %d tok moe_decode (no PDL)", name, n_tokens);
         report(label, time_graph_us([&](int i, cudaStream_t s) { decode(i, s, false); }), bytes);
+        std::snprintf(label, sizeof label, "%s %d tok moe_decode decode layout", name, n_tokens);
+        const double t_dec = time_graph_us([&](int i, cudaStream_t s) { decode(i, s, true, cuda::Mxfp4WordLayout::decode); });
+        report(label, t_dec, bytes);
+        std::printf("%-40s %9.2fx\n", "   speed-up of the decode layout", t_pdl / t_dec);
         std::snprintf(label, sizeof label, "%s %d tok whole step (auto)", name, n_tokens);
         const double t_step = time_graph_us(step);
         report(label, t_step, bytes);

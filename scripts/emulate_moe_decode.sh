@@ -15,6 +15,7 @@ mkdir -p "$out"
 k="$root/src/kernels/cuda"
 {
   echo '#include "moe_decode_emulation.h"'
+  echo '#include "kernels/cuda/mxfp4_words.h"'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int kMoeMaxExperts" "$k/moe_route.h"
   grep -E "^inline constexpr int kMoeDecodeMaxTokens" "$k/moe_decode.h"

@@ -20,6 +20,7 @@ mkdir -p "$out"
 k="$root/src/kernels/cuda"
 {
   echo '#include "moe_decode_emulation.h"'
+  echo '#include "kernels/cuda/mxfp4_words.h"'
   echo 'inline dim3 blockDim;'
   echo 'namespace osprey::cuda {'
   grep -E "^inline constexpr int kMoeMaxExperts" "$k/moe_route.h"

@@ -2,8 +2,10 @@
 // mxfp4_matmul.h, swiglu.h) and against the existing MoE step (route -> group -> mlp1 -> mlp2 ->
 // combine), for every batch size up to kMoeDecodeMaxTokens, the tiny / 20b / 120b expert shapes
 // and an odd one (rows of 3 and 5 MXFP4 groups: partial k-steps), realistic and extreme scale
-// bytes, routings with ties, shared experts and disjoint experts. Also: bit-identical results
-// across runs, with and without programmatic dependent launch, and when replayed from a CUDA graph.
+// bytes, routings with ties, shared experts and disjoint experts, with the weights in the published
+// word layout and in the decode layout (mxfp4_words.h: a copy made by mxfp4_to_decode_layout, which
+// must give the same bits). Also: bit-identical results across runs, with and without programmatic
+// dependent launch, and when replayed from a CUDA graph.
 //
 // Tolerances are error bounds computed per element, not global fudge factors (see Reference).
 // A failure prints the worst element relative to its bound: which token, which channel, got,
@@ -31,21 +33,42 @@ namespace osprey::test {
 namespace {
 
 using namespace moe_block;
+using cuda::Mxfp4WordLayout;
 constexpr int kMaxT = cuda::kMoeDecodeMaxTokens;
+
+const char* words_name(Mxfp4WordLayout w) {
+    return w == Mxfp4WordLayout::decode ? "decode" : "published";
+}
+
+// A projection's experts as moe_decode reads them with `words`: the decode layout is a copy of the
+// blocks made on the device once per projection (kept for the process, as experts_for keeps them).
+cuda::Mxfp4Experts view(const cases::moe_mlp::Mxfp4Projection& p, Mxfp4WordLayout words) {
+    if (words == Mxfp4WordLayout::published) return p.view();
+    static auto* copies = new std::map<const void*, std::unique_ptr<cuda::DeviceBuffer<uint8_t>>>;
+    auto& c = (*copies)[&p];
+    if (!c) {
+        c = std::make_unique<cuda::DeviceBuffer<uint8_t>>(p.d_blocks.size());
+        cuda::mxfp4_to_decode_layout(p.d_blocks.get(), c->get(), p.d_blocks.bytes(), nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    return {c->get(), p.d_scales.get(), p.d_bias.get()};
+}
 
 struct DecodeRun {
     const Shape& s;
     const Experts& ex;
     int n_tokens;
+    Mxfp4WordLayout words;
     cuda::DeviceBuffer<bf16> h;
     cuda::DeviceBuffer<float> logits, out;
     cuda::DeviceBuffer<uint8_t> ws;
 
     DecodeRun(const Shape& s_, const Experts& ex_, const std::vector<bf16>& h_, const std::vector<float>& logits_,
-              int t)
+              int t, Mxfp4WordLayout words_ = Mxfp4WordLayout::published)
         : s(s_),
           ex(ex_),
           n_tokens(t),
+          words(words_),
           h(to_device(h_)),
           logits(to_device(logits_)),
           out(size_t(std::max(t, 1)) * s_.d_model),
@@ -56,14 +79,15 @@ struct DecodeRun {
         return {.out = out.get(),
                 .router = logits.get(),
                 .h = h.get(),
-                .mlp1 = ex.mlp1.view(),
-                .mlp2 = ex.mlp2.view(),
+                .mlp1 = view(ex.mlp1, words),
+                .mlp2 = view(ex.mlp2, words),
                 .workspace = ws.get(),
                 .n_tokens = n_tokens,
                 .n_experts = s.n_experts,
                 .top_k = kTopK,
                 .d_model = s.d_model,
                 .d_ff = s.d_ff,
+                .words = words,
                 .pdl = pdl};
     }
     // Poisons out and u with NaN, runs, returns out (and u through *u).
@@ -104,11 +128,12 @@ std::vector<float> moe_step_path(const Shape& s, const Experts& ex, DecodeRun& r
     return grouped_gemm_out(s, ex, r.h.get(), offsets.get(), sorted.get(), w.get(), r.n_tokens);
 }
 
-void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = false) {
-    SCOPED_TRACE(case_name(s, n_tokens, routing, extreme));
+void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = false,
+                  Mxfp4WordLayout words = Mxfp4WordLayout::published) {
+    SCOPED_TRACE(case_name(s, n_tokens, routing, extreme) + ", " + words_name(words) + " words");
     const Case c = make_case(s, n_tokens, routing, extreme);
     const Reference& ref = c.ref;
-    DecodeRun r(s, c.ex, c.h, c.logits, n_tokens);
+    DecodeRun r(s, c.ex, c.h, c.logits, n_tokens, words);
 
     std::vector<bf16> u_dev;
     const std::vector<float> out = r.run(true, &u_dev);
@@ -127,28 +152,37 @@ void check_decode(const Shape& s, int n_tokens, Routing routing, bool extreme = 
     const std::vector<float> no_pdl = r.run(false);
     EXPECT_EQ(0, std::memcmp(no_pdl.data(), out.data(), out.size() * sizeof(float))) << "run without PDL differs";
 
+    // The other word layout decodes to the same BF16 weights: the same bits.
+    if (words == Mxfp4WordLayout::decode) {
+        DecodeRun pub(s, c.ex, c.h, c.logits, n_tokens, Mxfp4WordLayout::published);
+        const std::vector<float> p = pub.run(true);
+        EXPECT_EQ(0, std::memcmp(p.data(), out.data(), out.size() * sizeof(float)))
+            << "decode-layout words differ from the published ones";
+    }
+
     // The existing MoE step: each path is within ref.out_tol of the reference, so within 2x of each other.
     if (!grouped_gemm_fits(s)) return;
     expect_paths_agree(out, moe_step_path(s, c.ex, r), ref.out_tol, s.d_model,
                        "moe output vs MoeStep (route, group, mlp1, mlp2, combine)");
 }
 
-class MoeDecode : public ::testing::TestWithParam<std::tuple<Shape, int>> {};
+class MoeDecode : public ::testing::TestWithParam<std::tuple<Shape, int, Mxfp4WordLayout>> {};
 
 TEST_P(MoeDecode, random_routing) {
-    const auto& [shape, n_tokens] = GetParam();
-    check_decode(shape, n_tokens, Routing::random);
+    const auto& [shape, n_tokens, words] = GetParam();
+    check_decode(shape, n_tokens, Routing::random, false, words);
 }
 
 std::string name_of(const ::testing::TestParamInfo<MoeDecode::ParamType>& info) {
-    const auto& [shape, n_tokens] = info.param;
-    return std::string(shape.name) + "_" + std::to_string(n_tokens);
+    const auto& [shape, n_tokens, words] = info.param;
+    return std::string(shape.name) + "_" + std::to_string(n_tokens) + "_" + words_name(words);
 }
 
 static_assert(kMaxT == 8, "update the batch sizes below");
 INSTANTIATE_TEST_SUITE_P(shapes, MoeDecode,
                          ::testing::Combine(::testing::Values(kTiny, kOdd, k20b, k120b),
-                                            ::testing::Values(1, 2, 3, 4, 5, kMaxT)),
+                                            ::testing::Values(1, 2, 3, 4, 5, kMaxT),
+                                            ::testing::Values(Mxfp4WordLayout::published, Mxfp4WordLayout::decode)),
                          name_of);
 
 TEST(MoeDecodeRouting, shared_disjoint_and_tied_experts) {
@@ -156,12 +190,36 @@ TEST(MoeDecodeRouting, shared_disjoint_and_tied_experts) {
         for (Routing r : {Routing::shared, Routing::disjoint, Routing::ties})
             for (int t : {2, kMaxT}) check_decode(s, t, r);
     check_decode(k120b, 5, Routing::ties);
+    for (const Shape& s : {kOdd, k120b}) check_decode(s, kMaxT, Routing::ties, false, Mxfp4WordLayout::decode);
 }
 
 TEST(MoeDecodeScales, extreme_scale_bytes) {
     for (const Shape& s : {kTiny, kOdd})
         for (int t : {1, 3, kMaxT}) check_decode(s, t, Routing::random, true);
     for (int t : {1, kMaxT}) check_decode(k20b, t, Routing::random, true);
+    for (const Shape& s : {kOdd, k20b}) check_decode(s, 3, Routing::random, true, Mxfp4WordLayout::decode);
+}
+
+// The device conversion word for word against mxfp4_word_to_decode_layout, out of place and in place.
+TEST(MoeDecodeWords, device_conversion_matches_the_host) {
+    const size_t bytes = 4 * 16 * 1000 + 48;
+    std::vector<uint8_t> src(bytes);
+    std::mt19937 rng(fresh_seed());
+    for (auto& b : src) b = uint8_t(rng());
+    std::vector<uint8_t> want(bytes);
+    for (size_t i = 0; i < bytes; i += 4) {
+        uint32_t w;
+        std::memcpy(&w, src.data() + i, 4);
+        w = cuda::mxfp4_word_to_decode_layout(w);
+        std::memcpy(want.data() + i, &w, 4);
+    }
+    cuda::DeviceBuffer<uint8_t> d_src(to_device(src)), d_dst(bytes);
+    cuda::mxfp4_to_decode_layout(d_src.get(), d_dst.get(), bytes, nullptr);
+    EXPECT_EQ(d_dst.download(), want) << "out of place";
+    cuda::mxfp4_to_decode_layout(d_src.get(), d_src.get(), bytes, nullptr);
+    EXPECT_EQ(d_src.download(), want) << "in place";
+    EXPECT_THROW(cuda::mxfp4_to_decode_layout(d_src.get(), d_dst.get(), 20, nullptr), Error);
+    EXPECT_THROW(cuda::mxfp4_to_decode_layout(d_src.get() + 4, d_dst.get(), 16, nullptr), Error);
 }
 
 // Captured once into a CUDA graph (as the forward does) and replayed: the same bits as eager runs.

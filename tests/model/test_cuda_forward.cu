@@ -106,6 +106,15 @@ TEST(cuda_forward, copied_kv_continues_exactly_like_its_source) {
 
 TEST(cuda_forward, every_step_matches_the_reference) { test::every_step_matches_the_reference(kBf16); }
 
+// The decode MoE reading the decode-layout copy of the experts (CudaRunnerOptions::moe_decode_copy,
+// kernels/cuda/mxfp4_words.h): the same 32 greedy steps as the reference, from CUDA graphs.
+TEST(cuda_forward, decode_layout_copy_then_32_greedy_steps) {
+    CudaRunnerOptions o = test::tiny_cuda_options(/*graphs=*/true);
+    o.moe_decode_copy = true;
+    test::CudaCpuPair p(test::tiny_weights(), test::reference_options_for(KvDtype::bf16), o);
+    test::prompt_in_chunks_then_32_greedy_steps(p, random_prompt(320, 11), {200, 120}, kLogitBound);
+}
+
 TEST(cuda_forward, rejects_bad_batches) {
     Pair p(false);
     ForwardBatch b;

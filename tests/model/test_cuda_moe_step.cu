@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_decode.h"
 #include "kernels/moe_block_check.h"
 #include "model/cuda/moe_step.h"
 
@@ -30,6 +32,14 @@ struct Layer {
         };
         copy(w.mlp1_blocks, ex.mlp1.d_blocks), copy(w.mlp1_scales, ex.mlp1.d_scales), copy(w.mlp1_bias, ex.mlp1.d_bias);
         copy(w.mlp2_blocks, ex.mlp2.d_blocks), copy(w.mlp2_scales, ex.mlp2.d_scales), copy(w.mlp2_bias, ex.mlp2.d_bias);
+    }
+    // What DeviceWeights::add_decode_copies adds to each layer.
+    void add_decode_copies() {
+        w.mlp1_blocks_decode.resize(w.mlp1_blocks.size());
+        w.mlp2_blocks_decode.resize(w.mlp2_blocks.size());
+        cuda::mxfp4_to_decode_layout(w.mlp1_blocks.get(), w.mlp1_blocks_decode.get(), w.mlp1_blocks.bytes(), nullptr);
+        cuda::mxfp4_to_decode_layout(w.mlp2_blocks.get(), w.mlp2_blocks_decode.get(), w.mlp2_blocks.bytes(), nullptr);
+        CUDA_CHECK(cudaDeviceSynchronize());
     }
 };
 
@@ -79,6 +89,28 @@ TEST(CudaMoeStep, paths_by_batch_size) {
     for (const Shape& s : {kTiny, k20b, k120b})
         for (int t : {8, 9, 64, 128, 129}) check_step(s, t, 160, "OSPREY_MOE_MID=1, default range");
     check_step(k20b, 100, 100, "workspace exactly the batch");
+}
+
+// With the decode-layout copies the decode path (1-8 tokens) reads them and gives the same bits; the
+// other paths read the published blocks (9 tokens: unchanged too).
+TEST(CudaMoeStep, decode_layout_copies_give_the_same_bits) {
+    for (const Shape& s : {kTiny, k20b}) {
+        const Experts& ex = experts_for(s, false);
+        const uint32_t seed = fresh_seed();
+        for (int t : {1, 5, 8, 9}) {
+            SCOPED_TRACE(std::string(s.name) + ", " + std::to_string(t) + " tokens");
+            const std::vector<bf16> h = random_bf16(size_t(t) * s.d_model, seed + t, -2.0f, 2.0f);
+            const std::vector<float> logits = make_logits(s, t, Routing::random, seed + 100 + t);
+            Layer fresh(s, ex);
+            const std::vector<float> pub = run_step(fresh, h, logits, t, 16);
+            fresh.add_decode_copies();
+            const std::vector<float> dec = run_step(fresh, h, logits, t, 16);
+            ASSERT_EQ(pub.size(), dec.size());
+            EXPECT_EQ(0, std::memcmp(pub.data(), dec.data(), pub.size() * sizeof(float)));
+            const Reference ref = reference(s, ex, h, logits, t);
+            expect_within(dec, ref.out, ref.out_tol, s.d_model, "token", "MoeStep with decode copies vs the reference");
+        }
+    }
 }
 
 TEST(CudaMoeStep, environment_switches) {

@@ -113,6 +113,8 @@ struct Chunk {
 
 // One k-step: 8 mma over the lane's 32 elements of rows g and g + 8 (A) and its activation
 // fragments x[quad] (B). 2 * kAccPairs accumulator sets keep the mma dependency chains short.
+// kWords: the stored bit layout of the weight words (mxfp4_words.h).
+template <Mxfp4WordLayout kWords>
 __device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4], float (&acc)[2 * kAccPairs][4]) {
     const uint32_t sa = (ch.sa + kScaleExponentBias) * 0x00800080u;
     const uint32_t sb = (ch.sb + kScaleExponentBias) * 0x00800080u;
@@ -121,8 +123,8 @@ __device__ __forceinline__ void compute_step(const Chunk& ch, const uint4 (&x)[4
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         uint32_t ra[4], rb[4];
-        decode_fp4x8(wa[i], sa, ra);
-        decode_fp4x8(wb[i], sb, rb);
+        decode_fp4x8<kWords>(wa[i], sa, ra);
+        decode_fp4x8<kWords>(wb[i], sb, rb);
         // A: a0 = (row g, k 2c..2c+1), a1 = (row g+8, same k), a2 = (row g, k 2c+8..2c+9), a3 = (row g+8).
         mma_bf16(acc[(i % kAccPairs) * 2], ra[0], rb[0], ra[1], rb[1], x[i].x, x[i].y);
         mma_bf16(acc[(i % kAccPairs) * 2 + 1], ra[2], rb[2], ra[3], rb[3], x[i].z, x[i].w);
@@ -239,7 +241,7 @@ __device__ void load_activations(const Params& p, const Routing& rt, int a, uint
     }
 }
 
-template <Proj kProj>
+template <Proj kProj, Mxfp4WordLayout kWords>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const Params p) {
     extern __shared__ __align__(128) uint8_t smem[];  // [kStages][stage_bytes] ring, then [kRedBufs][kRedFloats]
     __shared__ Routing rt;
@@ -330,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
                     ch.wa = ch.wb = make_uint4(0u, 0u, 0u, 0u);
                     ch.sa = ch.sb = 0u;
                 }
-                compute_step(ch, x[j], part);
+                compute_step<kWords>(ch, x[j], part);
             }
         }
         __syncwarp();
@@ -465,6 +467,11 @@ Plan plan(const MoeDecodeArgs& a, int max_ctas) {
 }
 
 #ifndef OSPREY_CUDA_EMULATION
+// Every instantiation (projection x stored word layout), for the attributes set once.
+constexpr void (*kKernels[])(Params) = {
+    moe_decode_kernel<Proj::mlp1, Mxfp4WordLayout::published>, moe_decode_kernel<Proj::mlp2, Mxfp4WordLayout::published>,
+    moe_decode_kernel<Proj::mlp1, Mxfp4WordLayout::decode>, moe_decode_kernel<Proj::mlp2, Mxfp4WordLayout::decode>};
+
 // kCtasPerSm CTAs per SM and projection (moe_decode.h: 20b, 8 tokens, 111.6 against 145.7 us with one per
 // SM; end to end 20b batch 8 1968 against 1658 tokens/s, batch 1 493 against 488, H200 2026-12-02);
 // $OSPREY_MOE_DECODE_CTAS_PER_SM=1 gives the one-per-SM grids (A/B knob, read once).
@@ -484,7 +491,7 @@ size_t smem_limit() {
         CUDA_CHECK(cudaGetDevice(&device));
         CUDA_CHECK(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
         size_t static_bytes = sizeof(Routing);
-        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>}) {
+        for (auto kernel : kKernels) {
             cudaFuncAttributes attr{};
             CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
             static_bytes = std::max(static_bytes, attr.sharedSizeBytes);
@@ -499,7 +506,7 @@ size_t smem_limit() {
 // capture (by moe_decode_workspace_bytes, which the owner calls when it sizes its workspace).
 void configure() {
     thread_local const bool done = [] {  // per thread: the attribute is per device (attention_configure)
-        for (auto kernel : {moe_decode_kernel<Proj::mlp1>, moe_decode_kernel<Proj::mlp2>}) {
+        for (auto kernel : kKernels) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_limit())));
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                             int(cudaSharedmemCarveoutMaxShared)));
@@ -545,13 +552,39 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     // (griddepcontrol.wait) before it reads anything; mlp2 streams its weights while mlp1 runs and
     // waits for it before it touches u, the counters or its outputs.
     const bool pdl = a.pdl && pdl_enabled();
-    launch_kernel(moe_decode_kernel<Proj::mlp1>, pl.p1, pl.grid1, pl.smem1, pdl, stream);
-    launch_kernel(moe_decode_kernel<Proj::mlp2>, pl.p2, pl.grid2, pl.smem2, pdl, stream);
+    const bool dec = a.words == Mxfp4WordLayout::decode;
+    launch_kernel(dec ? moe_decode_kernel<Proj::mlp1, Mxfp4WordLayout::decode>
+                      : moe_decode_kernel<Proj::mlp1, Mxfp4WordLayout::published>,
+                  pl.p1, pl.grid1, pl.smem1, pdl, stream);
+    launch_kernel(dec ? moe_decode_kernel<Proj::mlp2, Mxfp4WordLayout::decode>
+                      : moe_decode_kernel<Proj::mlp2, Mxfp4WordLayout::published>,
+                  pl.p2, pl.grid2, pl.smem2, pdl, stream);
     if (a.out) {
         moe_combine({.out = a.out, .y = pl.p2.y, .expert_weights = pl.p1.w, .n_tokens = a.n_tokens,
                      .d_model = a.d_model, .top_k = kTopK, .mode = MoeCombineMode::overwrite},
                     stream);
     }
+}
+
+namespace {
+__global__ void decode_layout_kernel(const uint4* src, uint4* dst, size_t n) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = src[i];
+        dst[i] = make_uint4(mxfp4_word_to_decode_layout(v.x), mxfp4_word_to_decode_layout(v.y),
+                            mxfp4_word_to_decode_layout(v.z), mxfp4_word_to_decode_layout(v.w));
+    }
+}
+}  // namespace
+
+void mxfp4_to_decode_layout(const uint8_t* src, uint8_t* dst, size_t bytes, cudaStream_t stream) {
+    OSPREY_CHECK(bytes % 16 == 0 && aligned16(src) && aligned16(dst), "mxfp4_to_decode_layout: ", bytes,
+                 " bytes must be a multiple of 16 and both pointers 16-byte aligned");
+    if (bytes == 0) return;
+    const size_t n = bytes / 16;
+    const int grid = int(std::min<size_t>((n + 255) / 256, size_t(sm_count()) * 8));
+    decode_layout_kernel<<<grid, 256, 0, stream>>>(reinterpret_cast<const uint4*>(src), reinterpret_cast<uint4*>(dst),
+                                                  n);
+    CUDA_CHECK(cudaGetLastError());
 }
 
 MoeDecodeOutputs moe_decode_outputs(void* workspace, int d_model, int d_ff) {

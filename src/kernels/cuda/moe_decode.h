@@ -50,6 +50,7 @@
 
 #include "core/bf16.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
+#include "kernels/cuda/mxfp4_words.h"
 
 namespace osprey::cuda {
 
@@ -71,6 +72,9 @@ struct MoeDecodeArgs {
     int d_ff = 0;                   // positive multiple of 32
     float swiglu_alpha = 1.702f;
     float swiglu_limit = 7.0f;
+    // Bit layout of mlp1's and mlp2's block words (mxfp4_words.h): the published one, or the decode
+    // layout (a copy made by mxfp4_to_decode_layout; 9 integer operations per word instead of 13).
+    Mxfp4WordLayout words = Mxfp4WordLayout::published;
     bool pdl = true;  // launch mlp2 with programmatic dependent launch (overlaps its
                       // routing and first weight loads with mlp1's tail)
 };
@@ -88,5 +92,10 @@ MoeDecodeOutputs moe_decode_outputs(void* workspace, int d_model, int d_ff);
 
 // Two kernel launches on `stream`; graph-capturable (no host synchronisation, no allocation).
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
+
+// dst[i] = mxfp4_word_to_decode_layout(src[i]) for the bytes / 4 words of MXFP4 blocks (bytes a multiple
+// of 16, both pointers 16-byte aligned, dst may equal src): the decode-layout copy moe_decode reads
+// with MoeDecodeArgs::words = decode. One kernel on `stream`.
+void mxfp4_to_decode_layout(const uint8_t* src, uint8_t* dst, size_t bytes, cudaStream_t stream);
 
 }  // namespace osprey::cuda

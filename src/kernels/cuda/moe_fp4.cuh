@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/mbarrier.cuh"
+#include "kernels/cuda/mxfp4_words.h"
 
 namespace osprey::cuda {
 
@@ -68,21 +69,18 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
 }
 #endif  // OSPREY_CUDA_EMULATION
 
-// Nibbles j and j + 4 of w (elements 8i + j, 8i + j + 4 of the group) as one BF16x2 of FP4 · 2^-126:
-// with the two nibbles isolated at bits [3:0] and [19:16] (mul 4160 = 2^12 + 2^6) or [7:4] and
-// [23:20] (mul 260 = 2^8 + 2^2), the product holds each nibble twice without carries; the mask keeps
-// the sign from the high copy (bit 15) and e1 e0 m from the low copy (bits 8:6), in both halves.
-__device__ __forceinline__ uint32_t fp4_pair(uint32_t isolated, uint32_t mul) {
-    return (isolated * mul) & 0x81C081C0u;
-}
-
-// The 8 nibbles of w as 4 BF16x2 pairs (elements (0,4), (1,5), (2,6), (3,7)) times scale2.
+// The 8 nibbles of a word as 4 BF16x2 pairs (elements (0,4), (1,5), (2,6), (3,7)) times scale2, from
+// either stored layout (mxfp4_words.h: the published one, or moe_decode's second copy in 9 integer
+// operations instead of 13; the same registers either way).
+template <Mxfp4WordLayout kWords = Mxfp4WordLayout::published>
 __device__ __forceinline__ void decode_fp4x8(uint32_t w, uint32_t scale2, uint32_t (&r)[4]) {
-    const uint32_t hi = w >> 8;
-    r[0] = bf16x2_mul(fp4_pair(w & 0x000F000Fu, 4160u), scale2);
-    r[1] = bf16x2_mul(fp4_pair(w & 0x00F000F0u, 260u), scale2);
-    r[2] = bf16x2_mul(fp4_pair(hi & 0x000F000Fu, 4160u), scale2);
-    r[3] = bf16x2_mul(fp4_pair(hi & 0x00F000F0u, 260u), scale2);
+    if constexpr (kWords == Mxfp4WordLayout::published) {
+        fp4x8_pairs_published(w, r);
+    } else {
+        fp4x8_pairs_decode_layout(w, r);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r[i] = bf16x2_mul(r[i], scale2);
 }
 
 __device__ __forceinline__ float swiglu(float gate, float up, float alpha, float limit) {

@@ -12,6 +12,7 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/fp8_quantize.h"
+#include "kernels/cuda/moe_decode.h"
 #include "model/weight_convert.h"
 
 namespace osprey::model {
@@ -535,9 +536,31 @@ size_t DeviceWeights::device_bytes() const {
              l.out_b.bytes() + l.mlp_norm.bytes() + l.router_w.bytes() + l.router_b.bytes() + l.mlp1_blocks.bytes() +
              l.mlp1_scales.bytes() + l.mlp1_bias.bytes() + l.mlp2_blocks.bytes() + l.mlp2_scales.bytes() +
              l.mlp2_bias.bytes() + l.mlp1_w.bytes() + l.mlp1_w_scale.bytes() + l.mlp2_w.bytes() +
-             l.mlp2_w_scale.bytes();
+             l.mlp2_w_scale.bytes() + l.mlp1_blocks_decode.bytes() + l.mlp2_blocks_decode.bytes();
     }
     return n;
+}
+
+void DeviceWeights::add_decode_copies(size_t keep_free) {
+    size_t need = 0;
+    for (const DeviceLayer& l : layers)
+        if (l.experts == WeightFormat::mxfp4 && l.mlp1_blocks_decode.size() == 0)
+            need += l.mlp1_blocks.bytes() + l.mlp2_blocks.bytes();
+    if (need == 0) return;
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    OSPREY_CHECK(need + keep_free <= free_bytes, "cuda: the decode-layout copy of the MXFP4 experts needs ",
+                 need / 1e9, " GB and ", keep_free / 1e9, " GB must stay free, the GPU has ", free_bytes / 1e9,
+                 " GB free of ", total_bytes / 1e9, " GB (leave OSPREY_MOE_DECODE_COPY unset)");
+    for (DeviceLayer& l : layers) {
+        if (l.experts != WeightFormat::mxfp4 || l.mlp1_blocks_decode.size() != 0) continue;
+        l.mlp1_blocks_decode.resize(l.mlp1_blocks.size());
+        l.mlp2_blocks_decode.resize(l.mlp2_blocks.size());
+        cuda::mxfp4_to_decode_layout(l.mlp1_blocks.get(), l.mlp1_blocks_decode.get(), l.mlp1_blocks.bytes(), nullptr);
+        cuda::mxfp4_to_decode_layout(l.mlp2_blocks.get(), l.mlp2_blocks_decode.get(), l.mlp2_blocks.bytes(), nullptr);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    log::info("cuda: ", need / 1e9, " GB of MXFP4 experts copied into the decode layout (moe_decode reads them)");
 }
 
 }  // namespace osprey::model

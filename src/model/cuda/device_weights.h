@@ -57,6 +57,10 @@ struct DeviceLayer {
     cuda::DeviceBuffer<uint8_t> mlp2_blocks;  // [E, H, I/32, 16]
     cuda::DeviceBuffer<uint8_t> mlp2_scales;  // [E, H, I/32]
     cuda::DeviceBuffer<bf16> mlp2_bias;       // [E, H]
+    // The MXFP4 blocks again in moe_decode's decode layout (kernels/cuda/mxfp4_words.h), which the decode
+    // MoE (batches of 1-8 tokens) reads instead of the ones above; empty unless add_decode_copies ran.
+    cuda::DeviceBuffer<uint8_t> mlp1_blocks_decode;
+    cuda::DeviceBuffer<uint8_t> mlp2_blocks_decode;
     // Matrix experts (LayerWeights::mlp1_w / mlp2_w; the MXFP4 buffers above are then empty). Bytes: E4M3
     // codes, or BF16 (2 bytes per element); a tensor-parallel piece holds its intermediate columns padded
     // with zero weights to d_ff_padded, as for MXFP4.
@@ -98,6 +102,10 @@ public:
     DeviceLinear unembedding;              // [vocab, H] bf16 or fp8
     LoadStats stats;
     size_t device_bytes() const;
+    // Adds every MXFP4 layer's decode-layout copy of its blocks (DeviceLayer::mlp1_blocks_decode), made
+    // on the device from the loaded blocks: +0.5 byte per expert weight (20b 9.5 GB, 120b 57 GB).
+    // Refuses, naming the sizes, when the device would keep less than keep_free bytes free after it.
+    void add_decode_copies(size_t keep_free);
 };
 
 }  // namespace osprey::model

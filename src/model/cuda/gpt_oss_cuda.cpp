@@ -163,6 +163,8 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
                  ")");
     log::info("cuda: loaded ", weights_.stats.bytes / 1e9, " GB of weights in ", weights_.stats.seconds, " s (",
               weights_.stats.gb_per_s(), " GB/s)");
+    if (const char* env = std::getenv("OSPREY_MOE_DECODE_COPY"); options_.moe_decode_copy || (env && env == std::string("1")))
+        weights_.add_decode_copies(options_.kv_reserve_bytes);
     rope_cos_.resize(rope_.cos().size());
     rope_sin_.resize(rope_.sin().size());
     rope_cos_.upload(rope_.cos());

@@ -53,6 +53,11 @@ struct CudaRunnerOptions {
     // The weights' MXFP4 experts are loaded as FP8 blocks, requantised on the GPU (DeviceWeights::load):
     // `--weights fp8` with the experts on one GPU (the host keeps only the MXFP4 bytes). Whole model only.
     bool experts_to_fp8 = false;
+    // A second copy of the MXFP4 experts in moe_decode's decode layout (kernels/cuda/mxfp4_words.h), read
+    // by the decode MoE of 1-8 token batches: 9 integer operations per 8 weights instead of 13, for 0.5
+    // byte per expert weight of device memory (DeviceWeights::add_decode_copies). Also turned on by
+    // $OSPREY_MOE_DECODE_COPY=1.
+    bool moe_decode_copy = false;
 
     // One rank of a parallel layout (model/cuda/parallel_cuda.h drives them; the CPU reference's Shard
     // is the model): the heads, experts, expert columns and vocabulary rows this rank holds, and the

@@ -111,13 +111,18 @@ MoeOutputs MoeStep::run(const Config& c, const DeviceLayer& w, const bf16* h, co
                  weight_format_name(w.experts));
     if (experts != WeightFormat::mxfp4) return launch_experts(c, MoeExperts::whole(c), w, h, router, n_tokens, stream);
     if (use_decode_path && n_tokens <= cuda::kMoeDecodeMaxTokens) {
-        // Decode: routing, experts and the weighted sum in two launches streaming the active experts once.
+        // Decode: routing, experts and the weighted sum in two launches streaming the active experts once,
+        // from the decode-layout copy of the blocks when there is one (DeviceWeights::add_decode_copies).
+        const bool dec = w.mlp1_blocks_decode.size() != 0;
         cuda::moe_decode({.out = nullptr, .router = router, .h = h,
-                          .mlp1 = {w.mlp1_blocks.get(), w.mlp1_scales.get(), w.mlp1_bias.get()},
-                          .mlp2 = {w.mlp2_blocks.get(), w.mlp2_scales.get(), w.mlp2_bias.get()},
+                          .mlp1 = {dec ? w.mlp1_blocks_decode.get() : w.mlp1_blocks.get(), w.mlp1_scales.get(),
+                                   w.mlp1_bias.get()},
+                          .mlp2 = {dec ? w.mlp2_blocks_decode.get() : w.mlp2_blocks.get(), w.mlp2_scales.get(),
+                                   w.mlp2_bias.get()},
                           .workspace = decode_workspace, .n_tokens = n_tokens, .n_experts = c.n_experts,
                           .top_k = c.top_k, .d_model = c.d_model, .d_ff = c.d_ff, .swiglu_alpha = c.swiglu_alpha,
-                          .swiglu_limit = c.swiglu_limit},
+                          .swiglu_limit = c.swiglu_limit,
+                          .words = dec ? cuda::Mxfp4WordLayout::decode : cuda::Mxfp4WordLayout::published},
                          stream);
         const cuda::MoeDecodeOutputs o = cuda::moe_decode_outputs(decode_workspace, c.d_model, c.d_ff);
         return {o.y, o.w};

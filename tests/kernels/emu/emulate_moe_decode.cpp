@@ -4,9 +4,11 @@
 // partial k-steps, batches of 1..8 tokens, tied and concentrated routings, and grids from 2 CTAs
 // (long chunk ranges: the weight and partial-sum rings wrap many times) to one CTA per SM. Dynamic
 // shared memory starts as NaN bytes, so data read from stages the bulk copies did not fill would show.
+// Runs on 7-CTA grids read decode-layout copies of the weights (mxfp4_words.h).
 //   usage: emulate_moe_decode [seed]
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "emu_moe_check.h"
@@ -19,16 +21,23 @@ namespace osprey::cuda {
 
 // One grid, block after block, a std::thread per CUDA thread (moe_decode_emulation.h).
 template <Proj kProj>
-void emu_grid(const Params& p, int grid, size_t smem) {
-    for (int b = 0; b < grid; ++b) emu_run_mma_cta(b, grid, kThreads, smem, [&] { moe_decode_kernel<kProj>(p); });
+void emu_grid(const Params& p, int grid, size_t smem, Mxfp4WordLayout words) {
+    for (int b = 0; b < grid; ++b)
+        emu_run_mma_cta(b, grid, kThreads, smem, [&] {
+            if (words == Mxfp4WordLayout::decode) {
+                moe_decode_kernel<kProj, Mxfp4WordLayout::decode>(p);
+            } else {
+                moe_decode_kernel<kProj, Mxfp4WordLayout::published>(p);
+            }
+        });
 }
 
 void emu_moe_decode(const MoeDecodeArgs& a, int max_ctas, int& grid1, int& grid2) {
     check_args(a);
     const Plan pl = plan(a, max_ctas);
     grid1 = pl.grid1, grid2 = pl.grid2;
-    emu_grid<Proj::mlp1>(pl.p1, pl.grid1, pl.smem1);
-    emu_grid<Proj::mlp2>(pl.p2, pl.grid2, pl.smem2);
+    emu_grid<Proj::mlp1>(pl.p1, pl.grid1, pl.smem1, a.words);
+    emu_grid<Proj::mlp2>(pl.p2, pl.grid2, pl.smem2, a.words);
     if (a.out)  // moe_combine's sum (a CUDA launch in moe_decode): slot order, one FMA per slot
         for (int t = 0; t < a.n_tokens; ++t)
             for (int c = 0; c < a.d_model; ++c) {
@@ -59,8 +68,21 @@ struct Shape {
     int n_experts, d_model, d_ff;
 };
 
+// The blocks in moe_decode's decode layout (mxfp4_words.h), word by word.
+std::vector<uint8_t> decode_layout(const std::vector<uint8_t>& blocks) {
+    std::vector<uint8_t> out(blocks.size());
+    for (size_t i = 0; i + 4 <= blocks.size(); i += 4) {
+        uint32_t w;
+        std::memcpy(&w, blocks.data() + i, 4);
+        w = cuda::mxfp4_word_to_decode_layout(w);
+        std::memcpy(out.data() + i, &w, 4);
+    }
+    return out;
+}
+
+// words = decode: the kernels read decode-layout copies of the blocks (the reference reads the published ones).
 void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int routing, int max_ctas,
-         std::mt19937& rng) {
+         cuda::Mxfp4WordLayout words, std::mt19937& rng) {
     const int E = s.n_experts;
     std::uniform_real_distribution<float> ux(-2.0f, 2.0f), ul(-4.0f, 4.0f);
     std::vector<bf16> h(size_t(n_tokens) * s.d_model);
@@ -95,22 +117,26 @@ void run(const Shape& s, const Weights& w1, const Weights& w2, int n_tokens, int
     uint8_t* ws = ws_mem.data() + (256 - reinterpret_cast<uintptr_t>(ws_mem.data()) % 256) % 256;
     std::memset(ws, 0xFF, sizeof(bf16) * cuda::kMoeDecodeMaxTokens * 4 * s.d_ff);  // u poisoned
     std::vector<float> out(size_t(n_tokens) * s.d_model, NAN);
+    const bool dec = words == cuda::Mxfp4WordLayout::decode;
+    const std::vector<uint8_t> b1 = dec ? decode_layout(w1.blocks) : w1.blocks;
+    const std::vector<uint8_t> b2 = dec ? decode_layout(w2.blocks) : w2.blocks;
     const cuda::MoeDecodeArgs a{.out = out.data(),
                                 .router = logits.data(),
                                 .h = h.data(),
-                                .mlp1 = {w1.blocks.data(), w1.scales.data(), w1.bias.data()},
-                                .mlp2 = {w2.blocks.data(), w2.scales.data(), w2.bias.data()},
+                                .mlp1 = {b1.data(), w1.scales.data(), w1.bias.data()},
+                                .mlp2 = {b2.data(), w2.scales.data(), w2.bias.data()},
                                 .workspace = ws,
                                 .n_tokens = n_tokens,
                                 .n_experts = E,
                                 .top_k = 4,
                                 .d_model = s.d_model,
-                                .d_ff = s.d_ff};
+                                .d_ff = s.d_ff,
+                                .words = words};
     int grid1 = 0, grid2 = 0;
     cuda::emu_moe_decode(a, max_ctas, grid1, grid2);
     char tag[160];
-    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d max_ctas=%d grids=%d/%d]", s.name, n_tokens, routing, max_ctas,
-                  grid1, grid2);
+    std::snprintf(tag, sizeof tag, "[%s T=%d routing=%d max_ctas=%d grids=%d/%d words=%s]", s.name, n_tokens, routing,
+                  max_ctas, grid1, grid2, dec ? "decode" : "published");
     std::vector<float> u(size_t(rows) * s.d_ff);
     const bf16* ud = reinterpret_cast<const bf16*>(ws);
     for (int r = 0; r < rows; ++r)
@@ -136,7 +162,9 @@ int main(int argc, char** argv) {
             for (int t : {1, 3, 8})
                 for (int routing : {0, 1, 2}) {
                     if (s.name[0] == 'm' && routing != 0 && t != 8) continue;  // keep the mid shape short
-                    run(s, w1, w2, t, routing, max_ctas, rng);
+                    // the decode layout on the 7-CTA grids (every shape, batch and routing)
+                    run(s, w1, w2, t, routing, max_ctas,
+                        max_ctas == 7 ? cuda::Mxfp4WordLayout::decode : cuda::Mxfp4WordLayout::published, rng);
                 }
     }
     std::printf("%d of %d checks failed (seed %u)\n", failures, checks, seed);
