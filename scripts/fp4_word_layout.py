@@ -11,7 +11,8 @@ same registers come out of:
 searches for such layouts (three translates of P plus one register from two rotations), builds the
 permutation for the first one, and checks on random words that the 9-operation decode of the permuted
 word equals decode_fp4x8's registers (before its scale multiply) of the published one.
-docs/architecture.md ("The decode step") has the reasoning; nothing in the product uses it yet.
+docs/architecture.md ("The decode step") has the reasoning; kernels/cuda/mxfp4_words.h implements the layout
+(moe_decode reads it from an opt-in second copy of the experts) and tests/kernels/test_mxfp4_words.cpp checks it.
 """
 import itertools
 import random
