@@ -136,7 +136,7 @@ __device__ void route(const Params& p, Routing& rt) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     if (warp < p.n_tokens) {
         const int t = warp;
-        warp_route_topk<kTopK, kMaxPerLane>(p.router + size_t(t) * p.n_experts, nullptr, p.n_experts,
+        warp_route_topk_fit<kTopK, kMaxPerLane>(p.router + size_t(t) * p.n_experts, nullptr, p.n_experts,
                                             rt.ids + t * kTopK, rt.w + t * kTopK);
     }
     __syncthreads();
