@@ -137,7 +137,7 @@ __device__ void route(const Params& p, Routing& rt) {
     if (warp < p.n_tokens) {
         const int t = warp;
         warp_route_topk_fit<kTopK, kMaxPerLane>(p.router + size_t(t) * p.n_experts, nullptr, p.n_experts,
-                                            rt.ids + t * kTopK, rt.w + t * kTopK);
+                                                rt.ids + t * kTopK, rt.w + t * kTopK);
     }
     __syncthreads();
     if (warp == 0) {  // distinct experts in increasing order

@@ -24,8 +24,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarpSize) moe_route_topk_ker
     float* w = a.expert_weights + size_t(t) * kTopK;
     static_assert(sizeof(int32_t) == sizeof(int));
     warp_route_topk_fit<kTopK, kPerLane>(a.logits + size_t(t) * a.n_experts,
-                                     reinterpret_cast<const __nv_bfloat16*>(a.bias), a.n_experts,
-                                     reinterpret_cast<int*>(ids), w);
+                                         reinterpret_cast<const __nv_bfloat16*>(a.bias), a.n_experts,
+                                         reinterpret_cast<int*>(ids), w);
 }
 
 }  // namespace
