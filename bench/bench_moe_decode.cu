@@ -38,21 +38,10 @@ constexpr int kLayers = 2, kInputs = 4, kTopK = 4, kCalls = 24, kReps = 15;
 
 struct Layer {
     cases::moe_mlp::Mxfp4Projection mlp1, mlp2;  // device only (no host copies)
-    DeviceBuffer<uint8_t> mlp1_decode, mlp2_decode;  // the blocks in moe_decode's decode layout (mxfp4_words.h)
     Layer(int n_experts, int d_model, int d_ff, uint64_t seed)
-        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116),
-          mlp1_decode(mlp1.d_blocks.size()), mlp2_decode(mlp2.d_blocks.size()) {
-        cuda::mxfp4_to_decode_layout(mlp1.d_blocks.get(), mlp1_decode.get(), mlp1.d_blocks.bytes(), nullptr);
-        cuda::mxfp4_to_decode_layout(mlp2.d_blocks.get(), mlp2_decode.get(), mlp2.d_blocks.bytes(), nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    cuda::Mxfp4Experts view1(cuda::Mxfp4WordLayout w) const {
-        const cuda::Mxfp4Experts v = mlp1.view();
-        return w == cuda::Mxfp4WordLayout::decode ? cuda::Mxfp4Experts{mlp1_decode.get(), v.scales, v.bias} : v;
-    }
-    cuda::Mxfp4Experts view2(cuda::Mxfp4WordLayout w) const {
-        const cuda::Mxfp4Experts v = mlp2.view();
-        return w == cuda::Mxfp4WordLayout::decode ? cuda::Mxfp4Experts{mlp2_decode.get(), v.scales, v.bias} : v;
+        : mlp1(n_experts, 2 * d_ff, d_model, seed, 116), mlp2(n_experts, d_model, d_ff, seed + 7, 116) {
+        // the decode-layout copies made now, not on first use inside a graph capture
+        mlp1.view(cuda::Mxfp4WordLayout::decode), mlp2.view(cuda::Mxfp4WordLayout::decode);
     }
 };
 
@@ -219,8 +208,8 @@ void run_shape(const char* name, int n_experts) {
             cuda::moe_decode({.out = b.out.get(),
                               .router = b.logits.get(),
                               .h = b.h.get(),
-                              .mlp1 = l.view1(words),
-                              .mlp2 = l.view2(words),
+                              .mlp1 = l.mlp1.view(words),
+                              .mlp2 = l.mlp2.view(words),
                               .workspace = ws.get(),
                               .n_tokens = n_tokens,
                               .n_experts = n_experts,

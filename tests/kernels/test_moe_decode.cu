@@ -40,19 +40,6 @@ const char* words_name(Mxfp4WordLayout w) {
     return w == Mxfp4WordLayout::decode ? "decode" : "published";
 }
 
-// A projection's experts as moe_decode reads them with `words`: the decode layout is a copy of the
-// blocks made on the device once per projection (kept for the process, as experts_for keeps them).
-cuda::Mxfp4Experts view(const cases::moe_mlp::Mxfp4Projection& p, Mxfp4WordLayout words) {
-    if (words == Mxfp4WordLayout::published) return p.view();
-    static auto* copies = new std::map<const void*, std::unique_ptr<cuda::DeviceBuffer<uint8_t>>>;
-    auto& c = (*copies)[&p];
-    if (!c) {
-        c = std::make_unique<cuda::DeviceBuffer<uint8_t>>(p.d_blocks.size());
-        cuda::mxfp4_to_decode_layout(p.d_blocks.get(), c->get(), p.d_blocks.bytes(), nullptr);
-        CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    return {c->get(), p.d_scales.get(), p.d_bias.get()};
-}
 
 struct DecodeRun {
     const Shape& s;
@@ -79,8 +66,8 @@ struct DecodeRun {
         return {.out = out.get(),
                 .router = logits.get(),
                 .h = h.get(),
-                .mlp1 = view(ex.mlp1, words),
-                .mlp2 = view(ex.mlp2, words),
+                .mlp1 = ex.mlp1.view(words),
+                .mlp2 = ex.mlp2.view(words),
                 .workspace = ws.get(),
                 .n_tokens = n_tokens,
                 .n_experts = s.n_experts,
@@ -207,12 +194,7 @@ TEST(MoeDecodeWords, device_conversion_matches_the_host) {
     std::mt19937 rng(fresh_seed());
     for (auto& b : src) b = uint8_t(rng());
     std::vector<uint8_t> want(bytes);
-    for (size_t i = 0; i < bytes; i += 4) {
-        uint32_t w;
-        std::memcpy(&w, src.data() + i, 4);
-        w = cuda::mxfp4_word_to_decode_layout(w);
-        std::memcpy(want.data() + i, &w, 4);
-    }
+    cuda::mxfp4_blocks_to_decode_layout(src.data(), want.data(), bytes);
     cuda::DeviceBuffer<uint8_t> d_src(to_device(src)), d_dst(bytes);
     cuda::mxfp4_to_decode_layout(d_src.get(), d_dst.get(), bytes, nullptr);
     EXPECT_EQ(d_dst.download(), want) << "out of place";

@@ -11,7 +11,6 @@
 #include <string>
 
 #include "kernels/cuda/moe_combine.h"
-#include "kernels/cuda/moe_decode.h"
 #include "kernels/moe_block_check.h"
 #include "model/cuda/moe_step.h"
 
@@ -35,10 +34,7 @@ struct Layer {
     }
     // What DeviceWeights::add_decode_copies adds to each layer.
     void add_decode_copies() {
-        w.mlp1_blocks_decode.resize(w.mlp1_blocks.size());
-        w.mlp2_blocks_decode.resize(w.mlp2_blocks.size());
-        cuda::mxfp4_to_decode_layout(w.mlp1_blocks.get(), w.mlp1_blocks_decode.get(), w.mlp1_blocks.bytes(), nullptr);
-        cuda::mxfp4_to_decode_layout(w.mlp2_blocks.get(), w.mlp2_blocks_decode.get(), w.mlp2_blocks.bytes(), nullptr);
+        model::add_decode_copy(w, nullptr);
         CUDA_CHECK(cudaDeviceSynchronize());
     }
 };

@@ -15,7 +15,9 @@
 // tests/kernels/test_mxfp4_words.cpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define OSPREY_FP4_HD __host__ __device__ __forceinline__
@@ -73,6 +75,17 @@ OSPREY_FP4_HD uint32_t mxfp4_word_to_decode_layout(uint32_t w) {
     uint32_t r[4];
     fp4x8_pairs_published(w, r);
     return r[0] | rotl32(r[1], 4) | rotl32(r[2], 10) | rotr32(r[3] & kFp4LastA, 2) | rotr32(r[3] & kFp4LastB, 10);
+}
+
+// The host's conversion of bytes (a multiple of 4) of MXFP4 blocks, word by word (the device's:
+// moe_decode.h's mxfp4_to_decode_layout). dst may equal src.
+inline void mxfp4_blocks_to_decode_layout(const uint8_t* src, uint8_t* dst, size_t bytes) {
+    for (size_t i = 0; i + 4 <= bytes; i += 4) {
+        uint32_t w;
+        std::memcpy(&w, src + i, 4);
+        w = mxfp4_word_to_decode_layout(w);
+        std::memcpy(dst + i, &w, 4);
+    }
 }
 
 }  // namespace osprey::cuda

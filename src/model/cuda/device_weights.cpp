@@ -541,6 +541,13 @@ size_t DeviceWeights::device_bytes() const {
     return n;
 }
 
+void add_decode_copy(DeviceLayer& l, cudaStream_t stream) {
+    l.mlp1_blocks_decode.resize(l.mlp1_blocks.size());
+    l.mlp2_blocks_decode.resize(l.mlp2_blocks.size());
+    cuda::mxfp4_to_decode_layout(l.mlp1_blocks.get(), l.mlp1_blocks_decode.get(), l.mlp1_blocks.bytes(), stream);
+    cuda::mxfp4_to_decode_layout(l.mlp2_blocks.get(), l.mlp2_blocks_decode.get(), l.mlp2_blocks.bytes(), stream);
+}
+
 void DeviceWeights::add_decode_copies(size_t keep_free) {
     size_t need = 0;
     for (const DeviceLayer& l : layers)
@@ -552,13 +559,8 @@ void DeviceWeights::add_decode_copies(size_t keep_free) {
     OSPREY_CHECK(need + keep_free <= free_bytes, "cuda: the decode-layout copy of the MXFP4 experts needs ",
                  need / 1e9, " GB and ", keep_free / 1e9, " GB must stay free, the GPU has ", free_bytes / 1e9,
                  " GB free of ", total_bytes / 1e9, " GB (leave OSPREY_MOE_DECODE_COPY unset)");
-    for (DeviceLayer& l : layers) {
-        if (l.experts != WeightFormat::mxfp4 || l.mlp1_blocks_decode.size() != 0) continue;
-        l.mlp1_blocks_decode.resize(l.mlp1_blocks.size());
-        l.mlp2_blocks_decode.resize(l.mlp2_blocks.size());
-        cuda::mxfp4_to_decode_layout(l.mlp1_blocks.get(), l.mlp1_blocks_decode.get(), l.mlp1_blocks.bytes(), nullptr);
-        cuda::mxfp4_to_decode_layout(l.mlp2_blocks.get(), l.mlp2_blocks_decode.get(), l.mlp2_blocks.bytes(), nullptr);
-    }
+    for (DeviceLayer& l : layers)
+        if (l.experts == WeightFormat::mxfp4 && l.mlp1_blocks_decode.size() == 0) add_decode_copy(l, nullptr);
     CUDA_CHECK(cudaDeviceSynchronize());
     log::info("cuda: ", need / 1e9, " GB of MXFP4 experts copied into the decode layout (moe_decode reads them)");
 }

@@ -71,6 +71,10 @@ struct DeviceLayer {
     cuda::DeviceBuffer<float> mlp2_w_scale;   // FP8: [E, nb(H), nb(I)]
 };
 
+// Fills l's decode-layout copies (mlp1_blocks_decode, mlp2_blocks_decode) from its MXFP4 blocks, on the
+// device on `stream` (no synchronisation): DeviceWeights::add_decode_copies per layer.
+void add_decode_copy(DeviceLayer& l, cudaStream_t stream);
+
 struct LoadStats {
     size_t bytes = 0;      // bytes copied to the device
     double seconds = 0.0;  // wall time of the load

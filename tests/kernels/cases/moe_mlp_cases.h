@@ -32,6 +32,7 @@
 #include "kernels/cpu/swiglu.h"
 #include "kernels/cpu/w4a8_matmul.h"
 #include "kernels/cuda/moe_combine.h"
+#include "kernels/cuda/moe_decode.h"
 #include "kernels/cuda/moe_group.h"
 #include "kernels/cuda/moe_mlp_mxfp4.h"
 #include "kernels/cuda/moe_mlp_w4a8.h"
@@ -89,6 +90,7 @@ struct Mxfp4Projection {
     cuda::DeviceBuffer<bf16> d_bias;                 // [n_experts, n_out]
     std::vector<uint8_t> blocks, scales;             // host copies (empty until download_host)
     std::vector<float> bias;                         // as float for the CPU reference
+    mutable std::unique_ptr<cuda::DeviceBuffer<uint8_t>> d_blocks_decode;  // view(decode)'s copy, made on first use
 
     Mxfp4Projection(int n_experts_, int n_out_, int n_in_, uint64_t seed, int scale_lo)
         : n_experts(n_experts_), n_out(n_out_), n_in(n_in_) {
@@ -108,6 +110,17 @@ struct Mxfp4Projection {
         bias = to_float(d_bias.download());
     }
     cuda::Mxfp4Experts view() const { return {d_blocks.get(), d_scales.get(), d_bias.get()}; }
+    // The experts as moe_decode reads them with `words`: the decode layout (mxfp4_words.h) from a copy of
+    // the blocks made on the device on first use and kept with the projection.
+    cuda::Mxfp4Experts view(cuda::Mxfp4WordLayout words) const {
+        if (words == cuda::Mxfp4WordLayout::published) return view();
+        if (!d_blocks_decode) {
+            d_blocks_decode = std::make_unique<cuda::DeviceBuffer<uint8_t>>(d_blocks.size());
+            cuda::mxfp4_to_decode_layout(d_blocks.get(), d_blocks_decode->get(), d_blocks.bytes(), nullptr);
+            CUDA_CHECK(cudaDeviceSynchronize());
+        }
+        return {d_blocks_decode->get(), d_scales.get(), d_bias.get()};
+    }
 
     // y[n_rows, n_out] = x[n_rows, n_in] · W[e]ᵀ + b[e] with the CPU reference kernel (after download_host).
     void ref(int e, const std::vector<float>& x, int n_rows, std::vector<float>& y) const {

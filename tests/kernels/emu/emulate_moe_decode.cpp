@@ -68,15 +68,10 @@ struct Shape {
     int n_experts, d_model, d_ff;
 };
 
-// The blocks in moe_decode's decode layout (mxfp4_words.h), word by word.
+// The blocks in moe_decode's decode layout (mxfp4_words.h).
 std::vector<uint8_t> decode_layout(const std::vector<uint8_t>& blocks) {
     std::vector<uint8_t> out(blocks.size());
-    for (size_t i = 0; i + 4 <= blocks.size(); i += 4) {
-        uint32_t w;
-        std::memcpy(&w, blocks.data() + i, 4);
-        w = cuda::mxfp4_word_to_decode_layout(w);
-        std::memcpy(out.data() + i, &w, 4);
-    }
+    cuda::mxfp4_blocks_to_decode_layout(blocks.data(), out.data(), blocks.size());
     return out;
 }
 
