@@ -250,9 +250,11 @@ int run_bench_forward(const std::vector<std::string>& argv) {
                     kExtraSteps, batch, args.has("no-graphs") ? "off" : "on", wall_us, s.span_us_per_step,
                     s.busy_us_per_step, 100.0 * s.busy_us_per_step / std::max(s.span_us_per_step, 1e-9),
                     s.kernels_per_step);
+        std::printf("  %-48s %12s %19s %7s %24s\n", "kernel", "calls", "GPU time", "", "share of the busy time");
         for (const bench::KernelTraceRow& r : s.rows)
-            std::printf("  %-48s %6.1f calls %9.1f us per step %6.1f%%\n", r.name.c_str(), r.calls_per_step,
-                        r.us_per_step, 100.0 * r.us_per_step / std::max(s.busy_us_per_step, 1e-9));
+            std::printf("  %-48s %6.1f calls %9.1f us per step %6.1f%% %9.1f us per step %6.1f%%\n", r.name.c_str(),
+                        r.calls_per_step, r.us_per_step, 100.0 * r.us_per_step / std::max(s.busy_us_per_step, 1e-9),
+                        r.busy_us_per_step, 100.0 * r.busy_us_per_step / std::max(s.busy_us_per_step, 1e-9));
     }
     if (args.has("profile")) {
         m.set_profile(true);

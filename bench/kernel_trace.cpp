@@ -103,8 +103,10 @@ KernelTraceSummary summarize_trace(const std::vector<TracedKernel>& kernels, int
         r.calls_per_step += 1.0 / n_steps;
         r.us_per_step += double(k.end_ns - k.start_ns) * 1e-3 / n_steps;
         // Union of intervals (sorted by start): what the GPU was busy with at all.
+        // The part a kernel adds to it is its own share of the step: kernels that overlap an earlier
+        // one (PDL: launched early, waiting) count only past the earlier one's end.
         const uint64_t begin = std::max(k.start_ns, cover_end);
-        if (k.end_ns > begin) busy += k.end_ns - begin;
+        if (k.end_ns > begin) busy += k.end_ns - begin, r.busy_us_per_step += double(k.end_ns - begin) * 1e-3 / n_steps;
         cover_end = std::max(cover_end, k.end_ns);
     }
     for (auto& [name, row] : by_name) s.rows.push_back(row);

@@ -29,6 +29,7 @@ public:
 struct KernelTraceRow {
     std::string name;
     double calls_per_step = 0, us_per_step = 0;
+    double busy_us_per_step = 0;  // what its calls add to the busy time (past every earlier-started kernel's end)
 };
 struct KernelTraceSummary {
     std::vector<KernelTraceRow> rows;  // by GPU time, largest first

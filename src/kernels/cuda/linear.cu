@@ -6,7 +6,9 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -96,6 +98,7 @@ struct GemvParams {
     const float* acc_moe_y;   // accumulate: the MoE slots added to y first (linear.h), or null
     const float* acc_moe_w;
     Fp8Weight w8;             // kFp8: the weight's codes [N, K] and multipliers (linear.h)
+    bool ahead2;              // two steps of weight loads before the PDL wait instead of one
 };
 
 // Row stride of the staged x. BF16: K rounded up to 64 elements plus 32, so that rows g and g + 1 of
@@ -185,8 +188,12 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         }
     };
 
-    uint4 cur[kUnroll][kTiles];
+    uint4 cur[kUnroll][kTiles], next[kUnroll][kTiles];
     load_step(0, cur);  // in flight while x is staged
+    // p.ahead2: the second step's loads go out before the wait too (two steps of this CTA's weights:
+    // both register buffers; the loop then skips its first load).
+    const bool ahead2 = p.ahead2 && n_steps > 1;
+    if (ahead2) load_step(1, next);
     // The weights are constant, so their first loads go out before the wait: when the previous kernel
     // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
     pdl_enter();
@@ -230,8 +237,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     for (int r = 0; r < kTiles; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.f;
 
     for (int step = 0; step < n_steps; ++step) {
-        uint4 next[kUnroll][kTiles];
-        if (step + 1 < n_steps) {
+        if (step == 0 && ahead2) {
+            // next already holds step 1's loads (issued before the wait)
+        } else if (step + 1 < n_steps) {
             load_step(step + 1, next);  // issued before this step's fragments are used
         } else {
 #pragma unroll
@@ -363,9 +371,14 @@ bool aligned16(const void* p) {
 
 // Rows per CTA: the most (fewest x copies into shared memory, x traffic = T / rows of the weight's)
 // that still gives every SM a CTA; small N (the routers) takes 8 rows per CTA, K split over 8 warps.
+// $OSPREY_GEMV_ROWS_MAX (16 or 8) caps the choice (A/B knob, read once).
 int gemv_rows_auto(int n_out) {
+    static const int cap = [] {
+        const char* e = std::getenv("OSPREY_GEMV_ROWS_MAX");
+        return e ? std::atoi(e) : 32;
+    }();
     for (const int rows : {32, 16})
-        if ((n_out + rows - 1) / rows >= sm_count()) return rows;
+        if (rows <= cap && (n_out + rows - 1) / rows >= sm_count()) return rows;
     return 8;
 }
 
@@ -383,6 +396,18 @@ int smem_optin() {
 // x of T tokens fits in shared memory with the largest row block (T = 8: K up to ~13k).
 bool gemv_fits(int n_tokens, int n_in) {
     return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
+}
+
+// Every CTA issues two steps of its weight loads before the PDL wait (both register buffers), so that
+// more of its bytes stream while the kernels before it finish: H200, 20b, 1k context, batch 1 / 8 516.1
+// / 2058.5 against 512.2 / 2048.8 tokens/s with one step, 8k 491.7 / 1707.5 against 484.3 / 1699.6
+// (docs/performance.md, eleventh session). $OSPREY_GEMV_AHEAD=1 gives one step (A/B knob, read once).
+bool gemv_ahead2() {
+    static const bool v = [] {
+        const char* e = std::getenv("OSPREY_GEMV_AHEAD");
+        return !(e && std::string_view(e) == "1");
+    }();
+    return v;
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
@@ -406,7 +431,8 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                        .norm = a.norm,
                        .acc_moe_y = a.acc_moe_y,
                        .acc_moe_w = a.acc_moe_w,
-                       .w8 = a.w8};
+                       .w8 = a.w8,
+                       .ahead2 = gemv_ahead2()};
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {

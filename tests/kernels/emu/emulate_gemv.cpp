@@ -120,7 +120,8 @@ void run_case(int n, int k, int t_count, int rows, int grid_cap, bool f32, bool 
                                 .eps = 1e-5f},
                        .acc_moe_y = acc_moe ? acc_y.data() : nullptr,
                        .acc_moe_w = acc_moe ? acc_w.data() : nullptr,
-                       .w8 = {.codes = f8.on ? codes.data() : nullptr, .scale = scale.data(), .block_rows = f8.block_rows}};
+                       .w8 = {.codes = f8.on ? codes.data() : nullptr, .scale = scale.data(), .block_rows = f8.block_rows},
+                       .ahead2 = total % 2 == 0};  // two steps of loads before the PDL wait in every other case
     const int n_blocks = (n + rows - 1) / rows;
     const int grid = std::min(n_blocks, grid_cap);
     cuda::emu_launch(p, rows / 8, f32, nm.on, f8.on, grid, cuda::gemv_smem_bytes(rows / 8, t_count, k, f8.on));
