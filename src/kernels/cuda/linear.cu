@@ -64,8 +64,9 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
 // CTA = 8 warps on kRows = 8 kTiles rows; the warps split K (each takes kUnroll adjacent chunks per
 // round, i.e. 64 kUnroll contiguous bytes of each row) and keep kTiles x kUnroll = 8 16-byte loads per
 // lane in flight, double-buffered in registers across rounds and across row blocks: up to 8 KB per
-// warp. x is staged once per CTA into shared memory (bf16, rows padded so that the fragment loads
-// are conflict-free) while the first weight loads are already in flight. Per row block the 8 warps'
+// warp. Both buffers' loads (the first two steps) go out before the PDL wait (weights are constant),
+// so they stream while the kernels before finish. x is staged once per CTA into shared memory (bf16,
+// rows padded so that the fragment loads are conflict-free) while those loads are in flight. Per row block the 8 warps'
 // partial tiles are summed through shared memory in a fixed order (deterministic), then bias,
 // residual and rounding. The grid is persistent (at most 2 CTAs per SM, grid-stride over row blocks)
 // so the large unembedding keeps its prefetch running across row blocks.
@@ -371,14 +372,9 @@ bool aligned16(const void* p) {
 
 // Rows per CTA: the most (fewest x copies into shared memory, x traffic = T / rows of the weight's)
 // that still gives every SM a CTA; small N (the routers) takes 8 rows per CTA, K split over 8 warps.
-// $OSPREY_GEMV_ROWS_MAX (16 or 8) caps the choice (A/B knob, read once).
 int gemv_rows_auto(int n_out) {
-    static const int cap = [] {
-        const char* e = std::getenv("OSPREY_GEMV_ROWS_MAX");
-        return e ? std::atoi(e) : 32;
-    }();
     for (const int rows : {32, 16})
-        if (rows <= cap && (n_out + rows - 1) / rows >= sm_count()) return rows;
+        if ((n_out + rows - 1) / rows >= sm_count()) return rows;
     return 8;
 }
 

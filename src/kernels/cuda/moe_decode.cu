@@ -67,6 +67,16 @@ constexpr int kWarps = kConsumerWarps + 1;  // + the producer warp
 constexpr int kProducerWarp = kConsumerWarps;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStages = 4;                      // ring depth (chunks)
+#ifndef OSPREY_MOE_DECODE_HEAD
+#define OSPREY_MOE_DECODE_HEAD 1
+#endif
+// Chunks the producer issues at once when its CTA starts; chunk i < kStages past these goes out when
+// chunk i - kHeadChunks has landed. With all four at once, every CTA's first chunk queued behind the
+// others' (264 CTAs x 4 chunks = 26 MB at one token: the first chunk landed ~3.3 us after routing,
+// 7.7 us for the last CTA). H200, 20b, bench_moe_decode 1 / 2 / 4 / 8 tokens: 1 chunk 27.59 / 43.98 /
+// 65.47 / 102.23 us, 2 chunks 29.51 / 45.31 / 67.04 / 102.36, 4 chunks 30.56 / 45.78 / 67.04 / 102.14;
+// end to end 1k batch 1 531.0 against 516.0 tokens/s, batch 8 unchanged (docs/performance.md).
+constexpr int kHeadChunks = OSPREY_MOE_DECODE_HEAD;
 constexpr int kRows = 16;                       // weight rows per chunk (one mma m-tile)
 constexpr int kGroupsPerStep = 4;               // MXFP4 groups per k-step: group 4 s + c for lane quad c
 constexpr int kMaxStepsPerWarp = (24 + kConsumerWarps - 1) / kConsumerWarps;  // activation fragments kept in registers
@@ -281,7 +291,11 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
         Cursor cur = start;
         for (int i = 0; i < n_mine; ++i, advance(cur)) {
             const int s = i % kStages;
-            if (i >= kStages) mbar_wait_sleep(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
+            if (i >= kStages) {
+                mbar_wait_sleep(&empty[s], uint32_t(i / kStages - 1) & 1u);  // consumers are done with it
+            } else if (i >= kHeadChunks) {
+                mbar_wait_sleep(&full[i - kHeadChunks], 0u);  // staggered start (first lap: phase 0)
+            }
             const size_t row = size_t(rt.active[cur.a]) * p.n_out + size_t(cur.mt) * kRows;
             uint8_t* dst = smem + size_t(s) * p.stage_bytes;
             mbar_arrive_expect_tx(&full[s], blk_bytes + sc_bytes + kBiasBytes);
