@@ -11,7 +11,9 @@
 //      kStages-deep shared-memory ring with cp.async.bulk (the TMA engine: no registers, no
 //      per-lane address arithmetic), completion counted in bytes on the stage's "full" mbarrier;
 //      consumers release a stage on its "empty" mbarrier. Up to kStages chunks (~96 KB) per SM are
-//      in flight, enough to cover HBM latency at 1/132 of 4.64 TB/s.
+//      in flight, enough to cover HBM latency at 1/132 of 4.64 TB/s. The ring fills one chunk at a
+//      time at the start (kHeadChunks): a CTA's first chunk then does not queue behind every CTA's
+//      whole ring.
 //   4. compute: consumer warp w takes k-steps w, w + kConsumerWarps, ... of every chunk (a k-step =
 //      4 MXFP4 groups of 32 inputs; lane (g, c) owns group 4 s + c of rows g and g + 8) and feeds
 //      mma.sync m16n8k16 (M = 16 weight rows, N = 8 tokens). Its activation fragments depend only
