@@ -65,7 +65,13 @@ class Server:
         self.host, port = url.split("//")[1].split(":")
         self.port = int(port)
 
-    async def open(self, source="127.0.0.1"):
+    async def open(self, source=None):
+        """A new connection; from `source` (the misbehaving clients' own address, for the per-address limits)
+        or, for the well-behaved ones, from wherever connect() picks. connect() may reuse a local port still
+        in TIME_WAIT (net.ipv4.tcp_tw_reuse, on for loopback by default) where bind() to port 0 may not: bound,
+        ~470 new streams a second exhaust the 28k ephemeral ports within TIME_WAIT's 60 s (EADDRINUSE)."""
+        if source is None:
+            return await asyncio.open_connection(self.host, self.port)
         return await asyncio.open_connection(self.host, self.port, local_addr=(source, 0))
 
 
