@@ -18,6 +18,7 @@
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/timeline.cuh"
 
 namespace osprey::cuda {
 
@@ -295,7 +296,9 @@ __device__ __forceinline__ void attention_rope_own_key(const AttnArgs& a, const 
 // kernel. Memory-bound: the CTA keeps 32 KB of K/V in flight.
 __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnArgs a, const AttnItem* items,
                                                                    const AttnMerge* merges) {
+    OSPREY_TL_ENTER();
     pdl_enter();  // launch.cuh: before any early return or global access
+    OSPREY_TL_WAITED();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __nv_bfloat16* k_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // [kStages][kTile][kStride]
     __nv_bfloat16* v_s = k_s + kStages * kTile * kStride;
@@ -428,6 +431,7 @@ __global__ void __launch_bounds__(kThreads) attention_decode_kernel(const AttnAr
     }
     cp_async_wait_all();
     attention_decode_finish<false>(a, it, merges, g, m, l, o, smem_raw);
+    OSPREY_TL_EXIT(a.k_cache, kTlAttention);
 }
 
 // ---- FP8 decode (kv_fp8.h) ----

@@ -53,6 +53,7 @@
 #include "kernels/cuda/moe_route.h"
 #include "kernels/cuda/moe_topk.cuh"
 #include "kernels/cuda/runtime.h"
+#include "kernels/cuda/timeline.cuh"
 
 namespace osprey::cuda {
 namespace {
@@ -259,8 +260,10 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
     __shared__ Routing rt;
     __shared__ mbar_t full[kStages], empty[kStages];      // the weight ring
     __shared__ mbar_t red_full[kRedBufs], red_empty[kRedBufs];  // the partial-sum ring
+    OSPREY_TL_ENTER();
     if constexpr (kProj == Proj::mlp1) {
         griddep_wait();               // the router logits (and every earlier kernel) are complete
+        OSPREY_TL_WAITED();
         griddep_launch_dependents();  // mlp2 may land beside us now and prefetch its weights
     }
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -305,12 +308,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
             bulk_copy(dst + blk_bytes, p.scales + row * p.n_groups, sc_bytes, &full[s], policy);
             bulk_copy(dst + blk_bytes + sc_bytes, p.bias + row, kBiasBytes, &full[s], policy);
         }
+        OSPREY_TL_EXIT(p.blocks, kProj == Proj::mlp1 ? kTlMoeMlp1 : kTlMoeMlp2);
         return;
     }
 
     // Consumers.
     const int g = lane / 4, c = lane % 4;
     if constexpr (kProj == Proj::mlp2) griddep_wait();  // u, y, out and the counters belong to mlp1 until now
+    if constexpr (kProj == Proj::mlp2) OSPREY_TL_WAITED();
     uint4 x[kMaxStepsPerWarp][4];
     int x_slot = -1;
     if constexpr (kProj == Proj::mlp1) load_activations<kProj>(p, rt, 0, x);
@@ -383,6 +388,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm) moe_decode_kernel(const 
             }
         }
     }
+    OSPREY_TL_EXIT(p.blocks, kProj == Proj::mlp1 ? kTlMoeMlp1 : kTlMoeMlp2);
 }
 
 // Workspace layout (offsets in bytes, each part 256-byte aligned).
