@@ -39,6 +39,17 @@ namespace osprey::cuda {
 inline constexpr int kWarpSize = 32;
 using std::min;
 inline void pdl_enter() {}
+// The router tail's counter (outside the extracted part): CTAs run one after the other here, so a router
+// CTA must find the projection's count complete when it starts; anything else would hang on the GPU.
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void gemv_count_release(unsigned* counter) { atomicAdd(counter, 1u); }
+inline void gemv_count_wait(const unsigned* counter, unsigned target) {
+    const unsigned v = std::atomic_ref<unsigned>(*const_cast<unsigned*>(counter)).load();
+    if (v < target) {
+        std::fprintf(stderr, "router tail: a router CTA waits for %u projection CTAs, %u counted\n", target, v);
+        std::abort();
+    }
+}
 inline float __ldcg(const float* p) { return *p; }
 struct __nv_bfloat162 { bf16 x, y; };
 struct GemvNorm { const float *res, *moe_y, *moe_w, *gain; bf16* h; float eps; };
@@ -131,6 +142,27 @@ CPP
     | sed 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char* smem = g_dyn_smem;/'
   sed -n '/^constexpr int kWideWarps/,/^void gemv_wide(/p' "$src" | sed '$d'
   cat <<'CPP'
+// gemv_router_tail_kernel over `grid` CTAs, one after the other.
+inline void emu_launch_tail(const GemvTailParams& tp, int tiles_main, size_t smem_bytes) {
+    const int grid = tp.n_main + tp.n_tail;
+    gridDim.x = unsigned(grid);
+    for (int b = 0; b < grid; ++b) {
+        std::vector<unsigned char> smem(smem_bytes, 0xFF);
+        const EmuCtaSync sync(kGemvThreads);
+        g_mma.assign(kGemvThreads, MmaSlot{});
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kGemvThreads; ++t)
+            threads.emplace_back([&, t] {
+                threadIdx.x = unsigned(t);
+                blockIdx.x = unsigned(b);
+                g_dyn_smem = smem.data();
+                if (tiles_main == 1) gemv_router_tail_kernel<1>(tp);
+                if (tiles_main == 2) gemv_router_tail_kernel<2>(tp);
+                if (tiles_main == 4) gemv_router_tail_kernel<4>(tp);
+            });
+        for (auto& th : threads) th.join();
+    }
+}
 // One block after the other, a std::thread per CUDA thread.
 inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
     gridDim.x = unsigned(grid);
@@ -189,6 +221,7 @@ inline void emu_launch_wide(const LinearArgs& a, int ldx, int ldy, bool f32, boo
 CPP
 } > "$out/gemv_emulated.h"
 grep -q "gemv_kernel" "$out/gemv_emulated.h"
+grep -q "gemv_router_tail_kernel" "$out/gemv_emulated.h"
 grep -q "gemv_wide_kernel" "$out/gemv_emulated.h"
 grep -q "e4m3x4_to_bf16x2" "$out/gemv_emulated.h"
 g++ -std=c++20 -O1 -ffp-contract=off -I"$out" -I"$root/tests/kernels/emu" -I"$root/src" \

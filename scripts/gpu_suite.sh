@@ -134,7 +134,16 @@ if [[ $skip_tests -eq 0 ]]; then
       fi
     done
   fi
+  # Opt-in decode variants through the whole forward (test_cuda_forward: the tiny model's GPU greedy
+  # tokens against the CPU reference, graphs included): the out-projection and router in one grid.
+  fwd="$(bin_of test_cuda_forward)"
+  [[ -n "$fwd" ]] && run test_cuda_forward_router_tail env OSPREY_ROUTER_TAIL=1 "$fwd"
   if [[ $skip_sanitizer -eq 0 ]]; then
+    gemv_test="$(bin_of test_gemv)"
+    if [[ -n "$gemv_test" ]] && command -v compute-sanitizer > /dev/null; then
+      run memcheck_router_tail compute-sanitizer --tool memcheck --error-exitcode 1 "$gemv_test" \
+        --gtest_filter='cuda_gemv.router_tail*'
+    fi
     fwd="$(bin_of test_cuda_forward)"
     if [[ -n "$fwd" ]] && command -v compute-sanitizer > /dev/null; then
       run memcheck_forward compute-sanitizer --tool memcheck --error-exitcode 1 "$fwd" \

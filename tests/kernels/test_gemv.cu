@@ -24,6 +24,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda_test_util.h"
+#include "kernels/kernel_test_util.h"
 
 namespace osprey {
 namespace {
@@ -278,6 +279,108 @@ TEST(cuda_gemv, gemv_is_deterministic) {
                     EXPECT_TRUE(run(p, c, blas, 7) == run(p, c, blas, 7)) << describe(p, c) << ": two runs differ";
                 }
     }
+}
+
+// The out-projection and the router in one launch (cuda::gemv_router_tail) against the two launches it
+// replaces: the residual y, the normed rows h and the logits bit-identical, on the real shapes (out
+// 2880 x 4096 with 20b's 32 and 120b's 128 experts) and a small odd one, T = 1..8, with and without the
+// previous block's MoE slots added in the projection's epilogue; called three times in a row on one
+// stream (the counter must come back to zero each time, or the next call's router would not wait).
+TEST(cuda_gemv, router_tail_matches_two_launches) {
+    cuda::Blas blas;
+    cuda::DeviceBuffer<unsigned> counter(1);
+    counter.fill_bytes(0);
+    struct Shape {
+        int d, k, experts;
+    };
+    for (const Shape& sh : {Shape{2880, 4096, 32}, Shape{2880, 4096, 128}, Shape{72, 136, 13}}) {
+        const uint32_t seed = test::fresh_seed();
+        const auto w = test::to_device(test::random_bf16(size_t(sh.d) * sh.k, seed, -0.02f, 0.02f));
+        const auto wr = test::to_device(test::random_bf16(size_t(sh.experts) * sh.d, seed + 1, -0.02f, 0.02f));
+        const auto b = test::to_device(test::random_floats(sh.d, seed + 2));
+        const auto br = test::to_device(test::random_floats(sh.experts, seed + 3));
+        const auto gain = test::to_device(test::random_floats(sh.d, seed + 4, 0.5f, 1.5f));
+        const auto x = test::to_device(test::random_bf16(size_t(kMaxT) * sh.k, seed + 5));
+        const std::vector<float> y0 = test::random_floats(size_t(kMaxT) * sh.d, seed + 6, -2.f, 2.f);
+        const auto moe_y = test::to_device(test::random_floats(size_t(kMaxT) * 4 * sh.d, seed + 7));
+        const auto moe_w = test::to_device(test::random_floats(size_t(kMaxT) * 4, seed + 8, 0.f, 0.5f));
+        for (int t = 1; t <= kMaxT; ++t)
+            for (const bool moe : {false, true}) {
+                struct Out {
+                    cuda::DeviceBuffer<float> y, logits;
+                    cuda::DeviceBuffer<bf16> h;
+                };
+                auto fresh = [&] {
+                    Out o{test::to_device(y0), test::poisoned<float>(size_t(t) * sh.experts),
+                          test::poisoned<bf16>(size_t(t) * sh.d)};
+                    return o;
+                };
+                auto args = [&](Out& o) {
+                    const cuda::LinearArgs proj{.y = o.y.get(), .x = x.get(), .w = w.get(), .bias = b.get(),
+                                                .n_tokens = t, .n_out = sh.d, .n_in = sh.k, .y_f32 = true,
+                                                .accumulate = true, .acc_moe_y = moe ? moe_y.get() : nullptr,
+                                                .acc_moe_w = moe ? moe_w.get() : nullptr};
+                    const cuda::LinearArgs router{
+                        .y = o.logits.get(), .w = wr.get(), .bias = br.get(), .n_tokens = t, .n_out = sh.experts,
+                        .n_in = sh.d, .y_f32 = true,
+                        .norm = {.res = o.y.get(), .gain = gain.get(), .h = o.h.get(), .eps = 1e-5f}};
+                    return std::pair(proj, router);
+                };
+                Out sep = fresh();
+                {
+                    const auto [proj, router] = args(sep);
+                    ASSERT_TRUE(cuda::gemv_router_tail_supported(proj, router)) << "d " << sh.d << " T " << t;
+                    blas.linear(proj, nullptr);
+                    blas.linear(router, nullptr);
+                }
+                for (int rep = 0; rep < 3; ++rep) {
+                    Out fused = fresh();
+                    const auto [proj, router] = args(fused);
+                    cuda::gemv_router_tail(proj, router, counter.get(), nullptr);
+                    CUDA_CHECK(cudaDeviceSynchronize());
+                    const std::string what = "d " + std::to_string(sh.d) + " experts " + std::to_string(sh.experts) +
+                                             " T " + std::to_string(t) + " moe " + std::to_string(moe) + " call " +
+                                             std::to_string(rep);
+                    const auto ys = sep.y.download(), yf = fused.y.download();
+                    const auto ls = sep.logits.download(), lf = fused.logits.download();
+                    const auto hs = sep.h.download(), hf = fused.h.download();
+                    EXPECT_EQ(0, std::memcmp(ys.data(), yf.data(), ys.size() * sizeof(float))) << what << ": y";
+                    EXPECT_EQ(0, std::memcmp(ls.data(), lf.data(), ls.size() * sizeof(float))) << what << ": logits";
+                    EXPECT_EQ(0, std::memcmp(hs.data(), hf.data(), hs.size() * sizeof(bf16))) << what << ": h";
+                    for (float v : lf) ASSERT_TRUE(std::isfinite(v)) << what << ": a logit was not written";
+                    EXPECT_EQ(counter.download()[0], 0u) << what << ": counter left non-zero";
+                }
+            }
+    }
+}
+
+// What gemv_router_tail_supported turns away: an FP8 or non-accumulating projection, a router that does
+// not norm the projection's output, a router past 8 rows per CTA.
+TEST(cuda_gemv, router_tail_rejects_other_pairs) {
+    const auto w = test::poisoned<bf16>(size_t(64) * 64);
+    auto y = test::poisoned<float>(64), y2 = test::poisoned<float>(64), logits = test::poisoned<float>(16);
+    const auto gain = test::poisoned<float>(64);
+    const auto x = test::poisoned<bf16>(64);
+    const cuda::LinearArgs proj{.y = y.get(), .x = x.get(), .w = w.get(), .n_tokens = 1, .n_out = 64, .n_in = 64,
+                                .y_f32 = true, .accumulate = true};
+    const cuda::LinearArgs router{.y = logits.get(), .w = w.get(), .n_tokens = 1, .n_out = 16, .n_in = 64,
+                                  .y_f32 = true, .norm = {.res = y.get(), .gain = gain.get()}};
+    EXPECT_TRUE(cuda::gemv_router_tail_supported(proj, router));
+    cuda::LinearArgs p2 = proj;
+    p2.accumulate = false;
+    EXPECT_FALSE(cuda::gemv_router_tail_supported(p2, router));
+    p2 = proj, p2.w = nullptr, p2.w8 = {.codes = reinterpret_cast<const uint8_t*>(w.get()), .scale = gain.get()};
+    EXPECT_FALSE(cuda::gemv_router_tail_supported(p2, router));
+    cuda::LinearArgs r2 = router;
+    r2.norm.res = y2.get();
+    EXPECT_FALSE(cuda::gemv_router_tail_supported(proj, r2));
+    r2 = router, r2.gemv_rows = 16;
+    EXPECT_FALSE(cuda::gemv_router_tail_supported(proj, r2));
+    r2 = router, r2.n_tokens = 2;
+    EXPECT_FALSE(cuda::gemv_router_tail_supported(proj, r2));
+    cuda::DeviceBuffer<unsigned> counter(1);
+    counter.fill_bytes(0);
+    EXPECT_THROW(cuda::gemv_router_tail(p2, router, counter.get(), nullptr), std::exception);
 }
 
 // cuBLASLt's shapes beyond the GEMV (prefill) through the automatic path.

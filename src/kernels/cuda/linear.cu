@@ -19,6 +19,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/rmsnorm_row.cuh"
+#include "kernels/cuda/timeline.cuh"
 
 #define CUBLAS_CHECK(expr)                                                                          \
     do {                                                                                            \
@@ -48,6 +49,22 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
     uint32_t h;
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(uint16_t(pair)));
     return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// The router tail's hand-over (gemv_router_tail_kernel below): one arrival counter, released by each
+// projection CTA after its rows are stored and acquired by the router CTAs before their norm reads
+// them. Also outside the extracted part (the emulation runs one CTA after the other: the count is
+// complete when a router CTA starts).
+__device__ __forceinline__ void gemv_count_release(unsigned* counter) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+}
+__device__ __forceinline__ void gemv_count_wait(const unsigned* counter, unsigned target) {
+    for (;;) {
+        unsigned v;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+        if (v >= target) return;
+        __nanosleep(32);
+    }
 }
 
 // GEMV for decode-sized batches (T <= kGemvMaxTokens) on the tensor cores. A memory-bound kernel:
@@ -141,8 +158,23 @@ __device__ __forceinline__ uint4 gemv_fp8_order(uint4 v) {
                       (v.z & 0xFFFFu) | (v.w << 16), (v.z >> 16) | (v.w & 0xFFFF0000u));
 }
 
-template <int kTiles, bool kF32, bool kNorm, bool kFp8>
-__global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
+// Where a CTA sits among the CTAs of its GEMV: the whole grid (gemv_kernel), or a range of it (the
+// router tail runs two GEMVs side by side in one grid).
+struct GemvWholeGrid {
+    __device__ __forceinline__ int cta() const { return int(blockIdx.x); }
+    __device__ __forceinline__ int n_ctas() const { return int(gridDim.x); }
+};
+struct GemvGridRange {
+    int first, count;
+    __device__ __forceinline__ int cta() const { return int(blockIdx.x) - first; }
+    __device__ __forceinline__ int n_ctas() const { return count; }
+};
+
+// One CTA's share of a GEMV (gemv_kernel's whole body). after_wait() runs right after the PDL wait, in
+// every thread.
+template <int kTiles, bool kF32, bool kNorm, bool kFp8, class Grid, class AfterWait>
+__device__ __forceinline__ void gemv_cta(const GemvParams& p, const Grid grid, AfterWait after_wait) {
+    OSPREY_TL_ENTER();
     constexpr int kUnroll = kGemvLoads / kTiles;  // 16-byte loads per row per warp and round
     constexpr int kBlocks = kUnroll / 2;          // FP8: 128-input blocks per warp and round
     constexpr int kUnits = kFp8 ? kBlocks : kUnroll;  // a warp's k units per round (chunks, or blocks)
@@ -160,9 +192,9 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     const int per_round = kGemvWarps * kUnits;  // units a CTA covers per round
     const int n_rounds = (n_units + per_round - 1) / per_round;
     const int n_blocks = (N + kRows - 1) / kRows;
-    // Row blocks blockIdx.x, + gridDim.x, ...; every warp runs the same number of steps (rounds of
-    // every block), so the __syncthreads below are reached uniformly.
-    const int my_blocks = int(blockIdx.x) < n_blocks ? (n_blocks - 1 - int(blockIdx.x)) / int(gridDim.x) + 1 : 0;
+    // Row blocks cta, + n_ctas, ... (grid.cta(), grid.n_ctas()); every warp runs the same number of
+    // steps (rounds of every block), so the __syncthreads below are reached uniformly.
+    const int my_blocks = grid.cta() < n_blocks ? (n_blocks - 1 - grid.cta()) / grid.n_ctas() + 1 : 0;
     const int n_steps = my_blocks * n_rounds;
     if (n_steps == 0) {
         pdl_enter();  // launch.cuh: every block waits before it exits
@@ -172,7 +204,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     // Weight fragments of one step; zeros past K or N (the matching x fragment is zero past K too).
     // BF16: load u is chunk u of the warp's kUnroll; FP8: half u % 2 of its block u / 2.
     auto load_step = [&](int step, uint4(&wv)[kUnroll][kTiles]) {
-        const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
+        const int block = grid.cta() + step / n_rounds * grid.n_ctas();
         const int round = step % n_rounds;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -198,6 +230,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
     // The weights are constant, so their first loads go out before the wait: when the previous kernel
     // triggered early (rmsnorm does), they overlap its tail. x and y belong to the kernels before.
     pdl_enter();
+    OSPREY_TL_WAITED();
+    after_wait();
 
     const int vecs_per_row = K / 8;
     if constexpr (kNorm) {
@@ -212,7 +246,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         __syncthreads();
         // The normed rows for later kernels (one CTA), and (FP8) the rows put in the mma's k order; each
         // thread rewrites only the pieces it read.
-        const bool write_h = blockIdx.x == 0 && p.norm.h;
+        const bool write_h = grid.cta() == 0 && p.norm.h;
         if (write_h || kFp8) {
             for (int v = threadIdx.x; v < p.n_tokens * vecs_per_row; v += kGemvThreads) {
                 const int t = v / vecs_per_row, j = v % vecs_per_row;
@@ -253,7 +287,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
         if constexpr (kFp8) {
             // The multipliers of this lane's accumulator rows (8r + 2q + i) for the step's blocks: read
             // before the mmas, used after them; 0 past N or the last block (those partials are 0 too).
-            const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
+            const int block = grid.cta() + step / n_rounds * grid.n_ctas();
             float sc[kBlocks][kTiles][2];
 #pragma unroll
             for (int b = 0; b < kBlocks; ++b) {
@@ -327,7 +361,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
             __syncthreads();
             if (threadIdx.x < kTiles * 64) {
                 const int r = threadIdx.x / 64, t = threadIdx.x / 8 % 8, j = threadIdx.x % 8;
-                const int block = int(blockIdx.x) + step / n_rounds * int(gridDim.x);
+                const int block = grid.cta() + step / n_rounds * grid.n_ctas();
                 const int row = block * kRows + 8 * r + j;
                 if (t < p.n_tokens && row < N) {
                     float v = 0.f;
@@ -364,6 +398,43 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(cons
 #pragma unroll
             for (int r = 0; r < kTiles; ++r) cur[u][r] = next[u][r];
     }
+    OSPREY_TL_EXIT(kFp8 ? static_cast<const void*>(p.w8.codes) : static_cast<const void*>(p.w),
+                   kTlGemv | (uint32_t(N) << 8));
+}
+
+template <int kTiles, bool kF32, bool kNorm, bool kFp8>
+__global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_kernel(const GemvParams p) {
+    gemv_cta<kTiles, kF32, kNorm, kFp8>(p, GemvWholeGrid{}, [] {});
+}
+
+// The decode out-projection and the router GEMV in one grid (gemv_router_tail in linear.h): CTAs
+// [0, n_main) run the projection (f32 y, residual accumulate, BF16 weight) and count themselves done;
+// CTAs [n_main, n_main + n_tail) run the router with its norm prologue, issue their first weight loads
+// at once, wait for the count after their PDL wait and only then read the residual. The last router
+// CTA to finish leaves the counter at zero for the next call. The router CTAs have the grid's highest
+// indices, so the projection's CTAs are all dispatched before any router CTA can occupy a slot by
+// waiting (the grids here are at most one wave: at most kGemvCtasPerSm per SM).
+struct GemvTailParams {
+    GemvParams main, tail;
+    int n_main, n_tail;  // CTAs of each
+    unsigned* counter;   // zero before and after every call
+};
+
+template <int kTilesMain>
+__global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemv_router_tail_kernel(const GemvTailParams tp) {
+    if (int(blockIdx.x) < tp.n_main) {
+        gemv_cta<kTilesMain, true, false, false>(tp.main, GemvGridRange{0, tp.n_main}, [] {});
+        __threadfence();  // this thread's stores of y, before the count (as attention's fused merge)
+        __syncthreads();
+        if (threadIdx.x == 0) gemv_count_release(tp.counter);
+        return;
+    }
+    gemv_cta<1, true, true, false>(tp.tail, GemvGridRange{tp.n_main, tp.n_tail}, [&] {
+        if (threadIdx.x == 0) gemv_count_wait(tp.counter, unsigned(tp.n_main));
+        __syncthreads();
+    });
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(tp.counter, 1u) == unsigned(tp.n_main + tp.n_tail - 1)) atomicExch(tp.counter, 0u);
 }
 
 bool aligned16(const void* p) {
@@ -389,6 +460,17 @@ int smem_optin() {
     return v;
 }
 
+// Shared memory of one SM (228 KB on the H200), for the router tail's one-wave check.
+int smem_per_sm() {
+    static const int v = [] {
+        int device = 0, bytes = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+        return bytes;
+    }();
+    return v;
+}
+
 // x of T tokens fits in shared memory with the largest row block (T = 8: K up to ~13k).
 bool gemv_fits(int n_tokens, int n_in) {
     return gemv_smem_bytes(4, n_tokens, n_in) + 256 <= size_t(smem_optin());  // + the norm's static scratch
@@ -406,6 +488,37 @@ bool gemv_ahead2() {
     return v;
 }
 
+GemvParams gemv_params(const LinearArgs& a, int ldx, int ldy) {
+    const bool fp8 = a.w8.codes != nullptr;
+    return GemvParams{.y = a.y,
+                      .x = a.x,
+                      .w = a.w,
+                      .bias = a.bias,
+                      .n_tokens = a.n_tokens,
+                      .n_out = a.n_out,
+                      .n_in = a.n_in,
+                      .ldx = ldx,
+                      .ldy = ldy,
+                      .xs_ld = gemv_xs_ld(a.n_in, fp8),
+                      .accumulate = a.accumulate,
+                      .norm = a.norm,
+                      .acc_moe_y = a.acc_moe_y,
+                      .acc_moe_w = a.acc_moe_w,
+                      .w8 = a.w8,
+                      .ahead2 = gemv_ahead2()};
+}
+
+// CTAs of the two parts of gemv_router_tail: the projection's (its automatic row block) and the router's
+// (8 rows each).
+struct RouterTailGrid {
+    int rows_main, n_main, n_tail;
+};
+RouterTailGrid router_tail_grid(const LinearArgs& proj, const LinearArgs& router) {
+    const int rows = proj.gemv_rows ? proj.gemv_rows : gemv_rows_auto(proj.n_out);
+    return {rows, std::min((proj.n_out + rows - 1) / rows, kGemvCtasPerSm * sm_count()),
+            std::min((router.n_out + 7) / 8, kGemvCtasPerSm * sm_count())};
+}
+
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
     const bool fp8 = a.w8.codes != nullptr;
     const int rows = a.gemv_rows ? a.gemv_rows : gemv_rows_auto(a.n_out);
@@ -413,22 +526,7 @@ void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
                  a.gemv_rows);
     const int tiles = rows / 8;
     const size_t smem = gemv_smem_bytes(tiles, a.n_tokens, a.n_in, fp8);
-    const GemvParams p{.y = a.y,
-                       .x = a.x,
-                       .w = a.w,
-                       .bias = a.bias,
-                       .n_tokens = a.n_tokens,
-                       .n_out = a.n_out,
-                       .n_in = a.n_in,
-                       .ldx = ldx,
-                       .ldy = ldy,
-                       .xs_ld = gemv_xs_ld(a.n_in, fp8),
-                       .accumulate = a.accumulate,
-                       .norm = a.norm,
-                       .acc_moe_y = a.acc_moe_y,
-                       .acc_moe_w = a.acc_moe_w,
-                       .w8 = a.w8,
-                       .ahead2 = gemv_ahead2()};
+    const GemvParams p = gemv_params(a, ldx, ldy);
     const int n_blocks = (a.n_out + rows - 1) / rows;
     const int grid = std::min(n_blocks, kGemvCtasPerSm * sm_count());
     dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
@@ -595,8 +693,19 @@ void gemv_configure_one(int smem_limit) {
                                     smem_limit - int(attr.sharedSizeBytes)));
 }
 
+template <int kTilesMain>
+void router_tail_configure_one(int smem_limit) {
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, gemv_router_tail_kernel<kTilesMain>));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_router_tail_kernel<kTilesMain>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_limit - int(attr.sharedSizeBytes)));
+}
+
 void gemv_configure() {
     const int smem_limit = smem_optin();
+    router_tail_configure_one<1>(smem_limit);
+    router_tail_configure_one<2>(smem_limit);
+    router_tail_configure_one<4>(smem_limit);
     for (const int tiles : {1, 2, 4})
         dispatch_int<1, 2, 4>("gemv tiles", tiles, [&]<int kTiles>() {
             for (const bool f32 : {false, true})
@@ -615,6 +724,50 @@ void gemv_configure() {
 bool gemv_norm_supported(int n_tokens, int n_in, bool fp8_weight) {
     return n_tokens >= 1 && n_tokens <= kGemvMaxTokens && n_in % 8 == 0 && n_in <= kRmsNormMaxChannels &&
            gemv_fits(n_tokens, n_in) && (!fp8_weight || fp8_gemv_shape_ok(n_in));
+}
+
+bool gemv_router_tail_supported(const LinearArgs& proj, const LinearArgs& router) {
+    const int T = proj.n_tokens;
+    const bool proj_ok = proj.w && !proj.w8.codes && proj.x && !proj.norm.res && proj.y_f32 && proj.accumulate &&
+                         (proj.ldy == 0 || proj.ldy == proj.n_out) && (proj.ldx == 0 || proj.ldx % 8 == 0) &&
+                         proj.n_in % 8 == 0 && aligned16(proj.x) && aligned16(proj.w) &&
+                         proj.path != LinearPath::blas && proj.path != LinearPath::gemv_wide &&
+                         (proj.gemv_rows == 0 || proj.gemv_rows == 8 || proj.gemv_rows == 16 || proj.gemv_rows == 32) &&
+                         // what Blas::linear would run for it alone: the GEMV, not gemv_wide
+                         (proj.acc_moe_y || T > 1 || proj.n_out < kGemvWideMinOut) && gemv_fits(T, proj.n_in);
+    const bool router_ok = router.w && !router.w8.codes && !router.x && router.norm.res && !router.norm.moe_y &&
+                           router.y_f32 && !router.accumulate && !router.acc_moe_y && router.n_tokens == T &&
+                           router.n_in == proj.n_out && router.norm.res == static_cast<const float*>(proj.y) &&
+                           (router.ldy == 0 || router.ldy == router.n_out) && aligned16(router.w) &&
+                           (!router.norm.h || aligned16(router.norm.h)) && aligned16(router.norm.res) &&
+                           router.path != LinearPath::blas && router.path != LinearPath::gemv_wide &&
+                           (router.gemv_rows == 0 ? gemv_rows_auto(router.n_out) == 8 : router.gemv_rows == 8) &&
+                           gemv_norm_supported(T, router.n_in);
+    if (!proj_ok || !router_ok || T < 1 || T > kGemvMaxTokens) return false;
+    // One wave: every CTA of the grid resident at once (kGemvCtasPerSm per SM by registers; shared memory
+    // checked here), so the router CTAs' wait cannot keep a projection CTA from starting.
+    const RouterTailGrid g = router_tail_grid(proj, router);
+    const size_t smem = std::max(gemv_smem_bytes(g.rows_main / 8, T, proj.n_in), gemv_smem_bytes(1, T, router.n_in));
+    return g.n_main + g.n_tail <= kGemvCtasPerSm * sm_count() &&
+           size_t(kGemvCtasPerSm) * (smem + 2048) <= size_t(smem_per_sm());
+}
+
+void gemv_router_tail(const LinearArgs& proj, const LinearArgs& router, unsigned* counter, cudaStream_t stream) {
+    OSPREY_CHECK(counter != nullptr && gemv_router_tail_supported(proj, router),
+                 "gemv_router_tail: needs a zeroed counter, an accumulating f32 BF16-weight projection on the GEMV "
+                 "path and a router with the norm prologue of its output (linear.h)");
+    const RouterTailGrid g = router_tail_grid(proj, router);
+    const int T = proj.n_tokens;
+    const GemvTailParams tp{.main = gemv_params(proj, proj.ldx ? proj.ldx : proj.n_in, proj.n_out),
+                            .tail = gemv_params(router, router.n_in, router.n_out),
+                            .n_main = g.n_main,
+                            .n_tail = g.n_tail,
+                            .counter = counter};
+    const size_t smem = std::max(gemv_smem_bytes(g.rows_main / 8, T, proj.n_in), gemv_smem_bytes(1, T, router.n_in));
+    dispatch_int<1, 2, 4>("gemv tiles", g.rows_main / 8, [&]<int kTiles>() {
+        cuda::launch(gemv_router_tail_kernel<kTiles>, g.n_main + g.n_tail, kGemvThreads, smem, stream, tp);
+    });
+    CUDA_CHECK(cudaGetLastError());
 }
 
 struct Blas::Plan {

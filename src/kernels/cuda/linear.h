@@ -99,6 +99,17 @@ struct LinearArgs {
 // weight when fp8_weight: K must also be a multiple of 16).
 bool gemv_norm_supported(int n_tokens, int n_in, bool fp8_weight = false);
 
+// The decode out-projection and the router in one launch (linear.cu, gemv_router_tail_kernel): `proj`
+// as Blas::linear runs it on the GEMV path (BF16 weight, f32 y accumulated into, acc_moe_y optional,
+// y dense), and `router` (BF16 weight, f32 logits, the norm prologue of proj's output:
+// router.norm.res == proj.y, no x) in the same grid. The router's CTAs issue their first weight loads at
+// once and wait on `counter` (one unsigned, zero before the call and left at zero by it) for the
+// projection's CTAs instead of for a second launch. Bit-identical to Blas::linear(proj) then
+// Blas::linear(router). gemv_router_tail_supported says whether a pair qualifies (both on the GEMV
+// path, the router with 8 rows per CTA, every CTA of the grid resident at once).
+bool gemv_router_tail_supported(const LinearArgs& proj, const LinearArgs& router);
+void gemv_router_tail(const LinearArgs& proj, const LinearArgs& router, unsigned* counter, cudaStream_t stream);
+
 // FP8 weights from 9 up to this many tokens (automatic path): the GEMV once per group of 8 tokens,
 // each group re-reading the codes. Below this it moves fewer bytes than the prefill path, which reads
 // the codes, writes and reads them again as BF16 (~5x the codes' bytes); at 9..16 tokens it reads

@@ -101,6 +101,7 @@ struct CudaRunner::Activations {
     float* partial_acc = nullptr;  // [P, n_kv, group, head_dim]
     float2* partial_ml = nullptr;  // [P, n_kv, group]
     int32_t* merge_counters = nullptr;  // [max_slices, n_kv] arrival counters of the fused merge (zeroed once)
+    unsigned* router_tail_counter = nullptr;  // cuda::gemv_router_tail's arrival counter (zeroed once)
     int max_partials = 0;
     cuda::KvFp8 step8;  // FP8 KV: this step's quantised K/V rows [T, n_kv, head_dim] and multipliers [T, n_kv]
     MoeStep moe_step;
@@ -228,6 +229,8 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
     const size_t n_counters = size_t(options_.max_slices) * c.n_kv_heads;
     a.merge_counters = workspace_.take<int32_t>(n_counters, "attention merge counters");
     CUDA_CHECK(cudaMemset(a.merge_counters, 0, n_counters * sizeof(int32_t)));
+    a.router_tail_counter = workspace_.take<unsigned>(1, "router tail counter");
+    CUDA_CHECK(cudaMemset(a.router_tail_counter, 0, sizeof(unsigned)));
     a.max_partials = int(P);
     a.moe_step = MoeStep::carve(moe_config, int(T_moe), workspace_, w4a8, experts);
     if (dims_.attn_reduce) a.proj = workspace_.take<float>(T * H, "out-projection partial sums");
@@ -665,6 +668,14 @@ bool CudaRunner::fuse_norms(int T) const {
            (!weights_.layers[0].out_w.is_fp8() || cuda::fp8_gemv_shape_ok(dims_.q_dim));
 }
 
+bool CudaRunner::router_tail(int T) const {
+    static const bool enabled = [] {
+        const char* v = std::getenv("OSPREY_ROUTER_TAIL");
+        return v && std::string_view(v) == "1";
+    }();
+    return enabled && fuse_norms(T) && !weights_.layers[0].out_w.is_fp8();
+}
+
 bool CudaRunner::fuse_rope(const Step& step) const {
     static const bool enabled = [] {
         const char* v = std::getenv("OSPREY_ATTN_ROPE");
@@ -800,11 +811,16 @@ void CudaRunner::attention_block(int layer, const Step& step) {
     }
     // x += attn · Woutᵀ + b (projection, bias and residual add in one GEMM) [T, d_model] f32
     // (fused norms: x += the previous block's MoE slots first, in the norm's order)
-    blas_->linear({.y = a.x, .x = a.attn, .w = w.out_w.bf16_weight(), .w8 = w.out_w.fp8_weight(),
-                   .bias = w.out_b.get(), .n_tokens = T, .n_out = c.d_model, .n_in = d.q_dim, .y_f32 = true,
-                   .accumulate = true,
-                   .acc_moe_y = moe_pending ? a.moe_out.y : nullptr, .acc_moe_w = moe_pending ? a.moe_out.w : nullptr},
-                  stream_);
+    const cuda::LinearArgs out{.y = a.x, .x = a.attn, .w = w.out_w.bf16_weight(), .w8 = w.out_w.fp8_weight(),
+                               .bias = w.out_b.get(), .n_tokens = T, .n_out = c.d_model, .n_in = d.q_dim,
+                               .y_f32 = true, .accumulate = true,
+                               .acc_moe_y = moe_pending ? a.moe_out.y : nullptr,
+                               .acc_moe_w = moe_pending ? a.moe_out.w : nullptr};
+    if (router_tail(T)) {
+        deferred_out_proj_ = out;  // launched with the router (moe_block)
+        return;
+    }
+    blas_->linear(out, stream_);
     mark("out_proj");
     dump("resid_attn", layer, a.x, T, c.d_model, false);
 }
@@ -843,7 +859,18 @@ void CudaRunner::moe_block(int layer, const Step& step) {
         router.x = nullptr;
         router.norm = {.res = a.x, .gain = w.mlp_norm.get(), .h = a.h, .eps = c.norm_eps};
     }
-    blas_->linear(router, stream_);
+    if (deferred_out_proj_) {
+        const cuda::LinearArgs out = *deferred_out_proj_;
+        deferred_out_proj_.reset();
+        if (cuda::gemv_router_tail_supported(out, router)) {
+            cuda::gemv_router_tail(out, router, a.router_tail_counter, stream_);
+        } else {
+            blas_->linear(out, stream_);
+            blas_->linear(router, stream_);
+        }
+    } else {
+        blas_->linear(router, stream_);
+    }
     mark("router");
     dump("router_logits", layer, a.router, T, c.n_experts, false);
     // top-4 on the raw logits, softmax over those four; experts (MXFP4) with clamped SwiGLU; the

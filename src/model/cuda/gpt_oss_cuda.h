@@ -178,6 +178,10 @@ private:
     // (decode-only steps that store in RoPE, BF16 cache, no dumps; $OSPREY_ATTN_ROPE=0 turns it off for
     // A/B runs): one launch fewer per layer.
     bool fuse_rope(const Step& step) const;
+    // Whether a step's out-projection is deferred and launched with the router as one grid
+    // (cuda::gemv_router_tail): fused norms, BF16 out-projection weights, and $OSPREY_ROUTER_TAIL=1
+    // (off by default until the H200 measures it).
+    bool router_tail(int T) const;
     void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
     void distributed_greedy(std::vector<int32_t>& out);
     // Attention DP: the MoE of every DP group's tokens (this group's n_local rows of a.h in, its rows
@@ -194,6 +198,8 @@ private:
     std::unique_ptr<cuda::Blas> blas_;
     cuda::Workspace workspace_;
     std::unique_ptr<Activations> act_;
+    // router_tail: the out-projection attention_block deferred for moe_block's router launch.
+    std::optional<cuda::LinearArgs> deferred_out_proj_;
     cuda::DeviceBuffer<float> full_logits_;  // sharded, non-greedy sampling: the group's [R, vocab] on its first rank
 
     KvLayout layout_;

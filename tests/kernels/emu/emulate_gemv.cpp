@@ -247,6 +247,76 @@ void run_wide(int n, int k, int t_count, bool f32, bool bias, bool acc, bool fp8
     }
 }
 
+// The out-projection and the router in one grid (gemv_router_tail_kernel) against the two kernels run
+// one after the other: y, h and the logits bit-identical, the counter back at zero. grid_cap bounds
+// each part's CTAs (persistent loops in both parts).
+void run_tail(int d, int k, int t_count, int rows, int n_experts, int grid_cap, bool acc_moe, std::mt19937& rng) {
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<bf16> w(size_t(d) * k), x(size_t(t_count) * k), wr(size_t(n_experts) * d);
+    std::vector<float> b(d), br(n_experts), gain(d), y0(size_t(t_count) * d), acc_y, acc_w;
+    for (auto& v : w) v = float_to_bf16(u(rng) / std::sqrt(float(k)));
+    for (auto& v : wr) v = float_to_bf16(u(rng) / std::sqrt(float(d)));
+    for (auto& v : x) v = float_to_bf16(u(rng));
+    for (auto& v : b) v = u(rng);
+    for (auto& v : br) v = u(rng);
+    for (auto& v : gain) v = 1.f + 0.5f * u(rng);
+    for (auto& v : y0) v = 2.f * u(rng);
+    if (acc_moe) {
+        acc_y.resize(size_t(t_count) * 4 * d), acc_w.resize(size_t(t_count) * 4);
+        for (auto& v : acc_y) v = u(rng);
+        for (auto& v : acc_w) v = 0.25f * (u(rng) + 1.f);
+    }
+    struct Out {
+        std::vector<float> y, logits;
+        std::vector<bf16> h;
+    };
+    auto params = [&](Out& o) {
+        o.y = y0, o.logits.assign(size_t(t_count) * n_experts, NAN), o.h.assign(size_t(t_count) * d, bf16{0xFFFF});
+        const cuda::GemvParams proj{.y = o.y.data(), .x = x.data(), .w = w.data(), .bias = b.data(),
+                                    .n_tokens = t_count, .n_out = d, .n_in = k, .ldx = k, .ldy = d,
+                                    .xs_ld = cuda::gemv_xs_ld(k), .accumulate = true, .norm = {},
+                                    .acc_moe_y = acc_moe ? acc_y.data() : nullptr,
+                                    .acc_moe_w = acc_moe ? acc_w.data() : nullptr, .w8 = {}, .ahead2 = true};
+        const cuda::GemvParams router{.y = o.logits.data(), .x = nullptr, .w = wr.data(), .bias = br.data(),
+                                      .n_tokens = t_count, .n_out = n_experts, .n_in = d, .ldx = d, .ldy = n_experts,
+                                      .xs_ld = cuda::gemv_xs_ld(d), .accumulate = false,
+                                      .norm = {.res = o.y.data(), .moe_y = nullptr, .moe_w = nullptr,
+                                               .gain = gain.data(), .h = o.h.data(), .eps = 1e-5f},
+                                      .acc_moe_y = nullptr, .acc_moe_w = nullptr, .w8 = {}, .ahead2 = false};
+        return std::pair(proj, router);
+    };
+    const int n_main = std::min((d + rows - 1) / rows, grid_cap), n_tail = std::min((n_experts + 7) / 8, grid_cap);
+    Out sep, fused;
+    {
+        auto [proj, router] = params(sep);
+        cuda::emu_launch(proj, rows / 8, true, false, false, n_main, cuda::gemv_smem_bytes(rows / 8, t_count, k));
+        cuda::emu_launch(router, 1, true, true, false, n_tail, cuda::gemv_smem_bytes(1, t_count, d));
+    }
+    unsigned counter = 0;
+    {
+        auto [proj, router] = params(fused);
+        const cuda::GemvTailParams tp{proj, router, n_main, n_tail, &counter};
+        cuda::emu_launch_tail(tp, rows / 8,
+                              std::max(cuda::gemv_smem_bytes(rows / 8, t_count, k), cuda::gemv_smem_bytes(1, t_count, d)));
+    }
+    ++total;
+    int bad = 0;
+    auto same = [&](const char* what, const void* a, const void* c, size_t bytes) {
+        if (std::memcmp(a, c, bytes) != 0 && bad++ == 0) std::printf("  tail: %s differs from the two launches\n", what);
+    };
+    same("y", sep.y.data(), fused.y.data(), sep.y.size() * 4);
+    same("logits", sep.logits.data(), fused.logits.data(), sep.logits.size() * 4);
+    same("h", sep.h.data(), fused.h.data(), sep.h.size() * 2);
+    for (float v : fused.logits)
+        if (!std::isfinite(v) && bad++ == 0) std::printf("  tail: a logit was not written\n");
+    if (counter != 0 && bad++ == 0) std::printf("  tail: the counter was left at %u\n", counter);
+    if (bad) {
+        ++fails;
+        std::printf("FAIL router tail d=%d K=%d T=%d rows=%d experts=%d grid_cap=%d acc_moe=%d\n", d, k, t_count, rows,
+                    n_experts, grid_cap, acc_moe);
+    }
+}
+
 int main(int argc, char** argv) {
     std::mt19937 rng(argc > 1 ? uint32_t(std::atoi(argv[1])) : 1u);
     check_decode();
@@ -307,6 +377,14 @@ int main(int argc, char** argv) {
                      {.on = true, .moe = t != 1});
             run_case(29, 144, t, 16, t % 2 ? 2 : 1000, true, t % 2 == 1, true, 8, 0, rng, f8, {}, /*acc_moe=*/true);
         }
+
+    // The router tail: the projection's row blocks of 8 / 16 / 32 rows, T = 1..8, 32 and 13 experts
+    // (a partial last 8-row block), one wave and persistent loops in both parts, with and without the
+    // MoE residual add; the 20b shape (2880 x 4096, 32 experts) once.
+    for (int t = 1; t <= 8; ++t)
+        run_tail(t % 2 ? 72 : 136, t % 3 ? 264 : 520, t, 8 << (t % 3), t % 4 == 3 ? 13 : 32, t % 3 == 2 ? 2 : 1000,
+                 t % 2 == 0, rng);
+    run_tail(2880, 4096, 1, 16, 32, 1000, true, rng);
 
     // gemv_wide: T = 1..8 (template cases 1, 2, 4, 8 and the guards between), rows of several rounds
     // of 12 loads per lane (BF16: 3072 inputs; FP8: 6144), BF16 and FP8.
