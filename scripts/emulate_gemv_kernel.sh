@@ -142,29 +142,9 @@ CPP
     | sed 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char* smem = g_dyn_smem;/'
   sed -n '/^constexpr int kWideWarps/,/^void gemv_wide(/p' "$src" | sed '$d'
   cat <<'CPP'
-// gemv_router_tail_kernel over `grid` CTAs, one after the other.
-inline void emu_launch_tail(const GemvTailParams& tp, int tiles_main, size_t smem_bytes) {
-    const int grid = tp.n_main + tp.n_tail;
-    gridDim.x = unsigned(grid);
-    for (int b = 0; b < grid; ++b) {
-        std::vector<unsigned char> smem(smem_bytes, 0xFF);
-        const EmuCtaSync sync(kGemvThreads);
-        g_mma.assign(kGemvThreads, MmaSlot{});
-        std::vector<std::thread> threads;
-        for (int t = 0; t < kGemvThreads; ++t)
-            threads.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                g_dyn_smem = smem.data();
-                if (tiles_main == 1) gemv_router_tail_kernel<1>(tp);
-                if (tiles_main == 2) gemv_router_tail_kernel<2>(tp);
-                if (tiles_main == 4) gemv_router_tail_kernel<4>(tp);
-            });
-        for (auto& th : threads) th.join();
-    }
-}
-// One block after the other, a std::thread per CUDA thread.
-inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
+// `grid` CTAs of kGemvThreads, one block after the other, a std::thread per CUDA thread running body().
+template <class Body>
+inline void emu_run_ctas(int grid, size_t smem_bytes, Body body) {
     gridDim.x = unsigned(grid);
     for (int b = 0; b < grid; ++b) {
         std::vector<unsigned char> smem(smem_bytes, 0xFF);  // garbage: NaN if read unwritten
@@ -176,19 +156,33 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
                 g_dyn_smem = smem.data();
-                auto run = [&]<int kT, bool kF>() {
-                    if (norm) {
-                        fp8 ? gemv_kernel<kT, kF, true, true>(p) : gemv_kernel<kT, kF, true, false>(p);
-                    } else {
-                        fp8 ? gemv_kernel<kT, kF, false, true>(p) : gemv_kernel<kT, kF, false, false>(p);
-                    }
-                };
-                if (tiles == 1) f32 ? run.operator()<1, true>() : run.operator()<1, false>();
-                if (tiles == 2) f32 ? run.operator()<2, true>() : run.operator()<2, false>();
-                if (tiles == 4) f32 ? run.operator()<4, true>() : run.operator()<4, false>();
+                body();
             });
         for (auto& th : threads) th.join();
     }
+}
+// gemv_kernel.
+inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
+    emu_run_ctas(grid, smem_bytes, [&] {
+        auto run = [&]<int kT, bool kF>() {
+            if (norm) {
+                fp8 ? gemv_kernel<kT, kF, true, true>(p) : gemv_kernel<kT, kF, true, false>(p);
+            } else {
+                fp8 ? gemv_kernel<kT, kF, false, true>(p) : gemv_kernel<kT, kF, false, false>(p);
+            }
+        };
+        if (tiles == 1) f32 ? run.operator()<1, true>() : run.operator()<1, false>();
+        if (tiles == 2) f32 ? run.operator()<2, true>() : run.operator()<2, false>();
+        if (tiles == 4) f32 ? run.operator()<4, true>() : run.operator()<4, false>();
+    });
+}
+// gemv_router_tail_kernel over its n_main + n_tail CTAs.
+inline void emu_launch_tail(const GemvTailParams& tp, int tiles_main, size_t smem_bytes) {
+    emu_run_ctas(tp.n_main + tp.n_tail, smem_bytes, [&] {
+        if (tiles_main == 1) gemv_router_tail_kernel<1>(tp);
+        if (tiles_main == 2) gemv_router_tail_kernel<2>(tp);
+        if (tiles_main == 4) gemv_router_tail_kernel<4>(tp);
+    });
 }
 // gemv_wide_kernel (one warp per output row), blocks of kWideWarps warps one after the other.
 inline void emu_launch_wide(const LinearArgs& a, int ldx, int ldy, bool f32, bool fp8) {

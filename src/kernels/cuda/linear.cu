@@ -451,23 +451,13 @@ int gemv_rows_auto(int n_out) {
 
 // Dynamic shared memory a block may opt in to (227 KB on the H200).
 int smem_optin() {
-    static const int v = [] {
-        int device = 0, bytes = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-        return bytes;
-    }();
+    static const int v = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
     return v;
 }
 
 // Shared memory of one SM (228 KB on the H200), for the router tail's one-wave check.
 int smem_per_sm() {
-    static const int v = [] {
-        int device = 0, bytes = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-        return bytes;
-    }();
+    static const int v = device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor);
     return v;
 }
 

@@ -39,13 +39,15 @@ bool pdl_enabled() {
     return on;
 }
 
+int device_attribute(cudaDeviceAttr attr) {
+    int dev = 0, v = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&v, attr, dev));
+    return v;
+}
+
 int sm_count() {
-    static const int count = [] {
-        int dev = 0, n = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
+    static const int count = device_attribute(cudaDevAttrMultiProcessorCount);
     return count;
 }
 

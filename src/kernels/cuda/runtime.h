@@ -40,6 +40,7 @@ MemInfo mem_info();
 void require_device();
 std::string device_name();  // "NVIDIA H200"
 int sm_count();
+int device_attribute(cudaDeviceAttr attr);  // of the current device
 
 // Where an OwnedBuffer's storage comes from.
 struct DeviceMemory {  // cudaMalloc (never managed memory)
