@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "kernel_trace.h"
 #include "kernels/cuda/timeline.cuh"
+#include "timeline_summary.h"
 #include "model/cuda/gpt_oss_cuda.h"
 #include "model/synthetic.h"
 #include "model/weights.h"
@@ -125,10 +126,8 @@ int32_t prefill(osprey::model::CudaRunner& m, Seq& s, const std::vector<int32_t>
 }
 
 // --timeline (a build with -DOSPREY_TIMELINE=ON): the last decode graph replayed kTimelineReplays times
-// with every instrumented kernel's warps stamped (kernels/cuda/timeline.cuh). A call is the records of
-// one (kernel, key) within one replay; the calls are put in order of their first wait and each is
-// measured from the latest exit of the call before it: when its warps land (first / median / last
-// entry), pass their PDL wait and leave. Medians over the calls of each kernel of the middle replays.
+// with every instrumented kernel's warps stamped (kernels/cuda/timeline.cuh), summarised per kernel
+// (timeline_summary.h: us from the previous kernel's last warp exit, medians over the middle replays).
 constexpr int kTimelineReplays = 4;
 void print_timeline(osprey::model::CudaRunner& m) {
     using namespace osprey;
@@ -141,85 +140,15 @@ void print_timeline(osprey::model::CudaRunner& m) {
         std::printf("timeline: no records (build with -DOSPREY_TIMELINE=ON)\n");
         return;
     }
-    struct Call {
-        uint32_t tag;
-        const void* key;
-        std::vector<const cuda::TimelineRec*> r;
-        double first_enter = 1e300, first_wait = 1e300, last_exit = 0;
-    };
-    // Group by (tag, key), then split each group where its entries jump by more than 100 us (replays).
-    std::map<std::pair<uint32_t, const void*>, std::vector<const cuda::TimelineRec*>> groups;
-    for (const auto& r : recs) groups[{r.tag, r.key}].push_back(&r);
-    std::vector<Call> calls;
-    for (auto& [k, v] : groups) {
-        std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->enter < b->enter; });
-        for (size_t i = 0; i < v.size(); ++i) {
-            if (i == 0 || v[i]->enter > v[i - 1]->enter + 100000) calls.push_back(Call{k.first, k.second, {}});
-            Call& c = calls.back();
-            c.r.push_back(v[i]);
-            c.first_enter = std::min(c.first_enter, double(v[i]->enter));
-            c.first_wait = std::min(c.first_wait, double(v[i]->wait));
-            c.last_exit = std::max(c.last_exit, double(v[i]->exit));
-        }
-    }
-    std::sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.first_wait < b.first_wait; });
-    auto name = [](uint32_t tag) -> std::string {
-        switch (tag & 0xFF) {
-            case cuda::kTlAttention: return "attention";
-            case cuda::kTlMoeMlp1: return "moe mlp1";
-            case cuda::kTlMoeMlp2: return "moe mlp2";
-            default: break;
-        }
-        const uint32_t n = tag >> 8;
-        return "gemv n_out " + std::to_string(n);
-    };
-    // Columns (us from the previous call's last exit): first / median / last warp entry, first / last
-    // wait passed, median / last warp exit; and the previous call's name.
-    const int n_cols = 7;
-    std::map<std::string, std::vector<std::vector<double>>> cols;
-    std::map<std::string, std::map<std::string, int>> prev_names;
-    std::map<std::string, std::vector<double>> ctas, sms;
-    const double t_first = calls.front().first_wait, t_last = calls.back().first_wait;
-    const double span = (t_last - t_first) / kTimelineReplays;
-    for (size_t i = 1; i < calls.size(); ++i) {
-        const Call& c = calls[i];
-        // the middle replays only: skip the first and the last
-        if (c.first_wait < t_first + span * 0.9 || c.first_wait > t_last - span * 0.9) continue;
-        const Call& p = calls[i - 1];
-        const double e0 = p.last_exit;
-        std::vector<double> enter, wait, exit;
-        std::map<uint32_t, int> blocks, smids;
-        for (auto* r : c.r) {
-            enter.push_back((double(r->enter) - e0) / 1e3);
-            wait.push_back((double(r->wait) - e0) / 1e3);
-            exit.push_back((double(r->exit) - e0) / 1e3);
-            blocks[r->block]++, smids[r->smid]++;
-        }
-        std::sort(enter.begin(), enter.end()), std::sort(wait.begin(), wait.end()), std::sort(exit.begin(), exit.end());
-        const std::string n = name(c.tag);
-        auto& v = cols[n];
-        v.resize(n_cols);
-        v[0].push_back(enter.front()), v[1].push_back(enter[enter.size() / 2]), v[2].push_back(enter.back());
-        v[3].push_back(wait.front()), v[4].push_back(wait.back());
-        v[5].push_back(exit[exit.size() / 2]), v[6].push_back(exit.back());
-        prev_names[n][name(p.tag)]++;
-        ctas[n].push_back(double(blocks.size())), sms[n].push_back(double(smids.size()));
-    }
-    auto median = [](std::vector<double> v) {
-        std::sort(v.begin(), v.end());
-        return v.empty() ? 0.0 : v[v.size() / 2];
-    };
-    std::printf("timeline of %d graph replays (%zu calls; medians over the middle replays' calls; us from the "
-                "previous instrumented call's last warp exit):\n", kTimelineReplays, calls.size());
+    std::printf("timeline of %d graph replays (%zu warp records; per kernel, medians over the middle replays' "
+                "calls; us from the previous instrumented call's last warp exit):\n",
+                kTimelineReplays, recs.size());
     std::printf("  %-18s %6s %5s %5s | %7s %7s %7s | %7s %7s | %7s %7s | after\n", "kernel", "calls", "CTAs", "SMs",
                 "enter0", "enter50", "enter1", "wait0", "wait1", "exit50", "exit1");
-    for (auto& [n, v] : cols) {
-        std::string prev;
-        for (auto& [pn, cnt] : prev_names[n]) prev += pn + " x" + std::to_string(cnt) + " ";
-        std::printf("  %-18s %6zu %5.0f %5.0f | %7.2f %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %s\n", n.c_str(),
-                    v[0].size(), median(ctas[n]), median(sms[n]), median(v[0]), median(v[1]), median(v[2]),
-                    median(v[3]), median(v[4]), median(v[5]), median(v[6]), prev.c_str());
-    }
+    for (const bench::TimelineRow& r : bench::summarize_timeline(recs, kTimelineReplays))
+        std::printf("  %-18s %6d %5.0f %5.0f | %7.2f %7.2f %7.2f | %7.2f %7.2f | %7.2f %7.2f | %s\n",
+                    r.kernel.c_str(), r.calls, r.ctas, r.sms, r.enter0, r.enter50, r.enter1, r.wait0, r.wait1,
+                    r.exit50, r.exit1, r.after.c_str());
 }
 
 int run_bench_forward(const std::vector<std::string>& argv) {

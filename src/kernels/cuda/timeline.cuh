@@ -19,15 +19,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/timeline_rec.h"
+
 namespace osprey::cuda {
-
-struct TimelineRec {
-    unsigned long long enter, wait, exit;  // ns, %globaltimer
-    const void* key;
-    uint32_t tag, block, smid, warp;
-};
-
-enum TimelineTag : uint32_t { kTlGemv = 1, kTlAttention = 2, kTlMoeMlp1 = 3, kTlMoeMlp2 = 4 };
 
 using TimelineCollect = void (*)(std::vector<TimelineRec>&);
 inline std::vector<TimelineCollect>& timeline_registry() {
