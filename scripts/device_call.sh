@@ -14,7 +14,8 @@
 #   trace                bench_forward --trace at batch 1 (per-kernel shares of the busy time)
 #   moe                  bench_moe_decode 20b decode
 #   ab:NAME=ENV,...      scripts/decode_ab.py --rounds 2 with the variants NAME=ENV (ENV's pairs joined
-#                        by '+'), base first, at 1k and 8k context, batches $AB_BATCHES (default 1,2,8)
+#                        by '+'), base first, at 1k and 8k context, batches $AB_BATCHES (default 1,2,8), 20b;
+#                        ab120:... the same on 120b (its checkpoint takes ~72 s to write)
 #   decode               osprey bench decode at 1k, batches 1,2,4,8,64 (the issue's lines)
 # Environment: AB_BATCHES, AB_CONTEXTS (default 1024,8192), STAGE_TIMEOUT (seconds, default 420).
 set -uo pipefail
@@ -66,15 +67,17 @@ for s in "$@"; do
       need_model $m20 20b
       (cd "$out" && stage decode "$B/osprey" bench decode --model $m20 --contexts 1024 --batches 1,2,4,8,64 --steps 64)
       grep -E "^decode context .* batch" "$out/decode.log" >> "$S" ;;
-    ab:*)
-      need_model $m20 20b
+    ab:*|ab120:*)
+      model=$m20 preset=20b
+      [[ "$s" == ab120:* ]] && model=$m120 preset=120b
+      need_model "$model" $preset
       variants=(--variant base=)
-      IFS=',' read -ra vs <<< "${s#ab:}"
+      IFS=',' read -ra vs <<< "${s#*:}"
       for v in "${vs[@]}"; do variants+=(--variant "${v//+/ }"); done
       abn=$((abn + 1))
-      echo "== ab$abn: ${s#ab:}" >> "$S"
+      echo "== ab$abn: $s" >> "$S"
       stage "ab$abn" python3 scripts/decode_ab.py --osprey "$B/osprey" --rounds 2 --out "$out/ab$abn" "${variants[@]}" \
-        -- --model $m20 --contexts "${AB_CONTEXTS:-1024,8192}" --batches "${AB_BATCHES:-1,2,8}" --steps 64
+        -- --model "$model" --contexts "${AB_CONTEXTS:-1024,8192}" --batches "${AB_BATCHES:-1,2,8}" --steps 64
       grep -E "^\|" "$out/ab$abn.log" >> "$S" ;;
     *) echo "== unknown stage $s" >> "$S" ;;
   esac
