@@ -205,6 +205,7 @@ CudaRunner::CudaRunner(const Weights& weights, CudaRunnerOptions options)
                    W::bytes_for<int32_t>(R) + W::bytes_for<float>(R) + W::bytes_for<float>(R * cuda::kArgmaxChunks) +
                    W::bytes_for<int32_t>(R * cuda::kArgmaxChunks) + W::bytes_for<float>(P * group_rows * c.head_dim) +
                    W::bytes_for<float2>(P * group_rows) + W::bytes_for<int32_t>(size_t(options_.max_slices) * c.n_kv_heads) +
+                   W::bytes_for<unsigned>(1) +  // the router tail's counter
                    MoeStep::workspace_bytes(moe_config, int(T_moe), w4a8, experts) +
                    (dims_.attn_reduce ? W::bytes_for<float>(T * H) : 0) +
                    (fp8_kv() ? 2 * (W::bytes_for<uint8_t>(T * c.kv_dim()) + W::bytes_for<float>(T * c.n_kv_heads)) : 0) +
