@@ -142,16 +142,16 @@ CPP
     | sed 's/extern __shared__ __align__(16) unsigned char smem\[\];/unsigned char* smem = g_dyn_smem;/'
   sed -n '/^constexpr int kWideWarps/,/^void gemv_wide(/p' "$src" | sed '$d'
   cat <<'CPP'
-// `grid` CTAs of kGemvThreads, one block after the other, a std::thread per CUDA thread running body().
+// `grid` CTAs of `threads` threads, one block after the other, a std::thread per CUDA thread running body().
 template <class Body>
-inline void emu_run_ctas(int grid, size_t smem_bytes, Body body) {
+inline void emu_run_ctas(int grid, int threads_per_cta, size_t smem_bytes, Body body) {
     gridDim.x = unsigned(grid);
     for (int b = 0; b < grid; ++b) {
         std::vector<unsigned char> smem(smem_bytes, 0xFF);  // garbage: NaN if read unwritten
-        const EmuCtaSync sync(kGemvThreads);
-        g_mma.assign(kGemvThreads, MmaSlot{});
+        const EmuCtaSync sync(threads_per_cta);
+        g_mma.assign(size_t(threads_per_cta), MmaSlot{});
         std::vector<std::thread> threads;
-        for (int t = 0; t < kGemvThreads; ++t)
+        for (int t = 0; t < threads_per_cta; ++t)
             threads.emplace_back([&, t] {
                 threadIdx.x = unsigned(t);
                 blockIdx.x = unsigned(b);
@@ -163,7 +163,7 @@ inline void emu_run_ctas(int grid, size_t smem_bytes, Body body) {
 }
 // gemv_kernel.
 inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool fp8, int grid, size_t smem_bytes) {
-    emu_run_ctas(grid, smem_bytes, [&] {
+    emu_run_ctas(grid, kGemvThreads, smem_bytes, [&] {
         auto run = [&]<int kT, bool kF>() {
             if (norm) {
                 fp8 ? gemv_kernel<kT, kF, true, true>(p) : gemv_kernel<kT, kF, true, false>(p);
@@ -178,7 +178,7 @@ inline void emu_launch(const GemvParams& p, int tiles, bool f32, bool norm, bool
 }
 // gemv_router_tail_kernel over its n_main + n_tail CTAs.
 inline void emu_launch_tail(const GemvTailParams& tp, int tiles_main, size_t smem_bytes) {
-    emu_run_ctas(tp.n_main + tp.n_tail, smem_bytes, [&] {
+    emu_run_ctas(tp.n_main + tp.n_tail, kGemvThreads, smem_bytes, [&] {
         if (tiles_main == 1) gemv_router_tail_kernel<1>(tp);
         if (tiles_main == 2) gemv_router_tail_kernel<2>(tp);
         if (tiles_main == 4) gemv_router_tail_kernel<4>(tp);
@@ -186,30 +186,20 @@ inline void emu_launch_tail(const GemvTailParams& tp, int tiles_main, size_t sme
 }
 // gemv_wide_kernel (one warp per output row), blocks of kWideWarps warps one after the other.
 inline void emu_launch_wide(const LinearArgs& a, int ldx, int ldy, bool f32, bool fp8) {
-    const int threads = kWideWarps * 32, grid = (a.n_out + kWideWarps - 1) / kWideWarps;
     const int t_case = a.n_tokens <= 1 ? 1 : a.n_tokens <= 2 ? 2 : a.n_tokens <= 4 ? 4 : 8;
-    gridDim.x = unsigned(grid);
-    for (int b = 0; b < grid; ++b) {
-        const EmuCtaSync sync(threads);
-        std::vector<std::thread> th;
-        for (int t = 0; t < threads; ++t)
-            th.emplace_back([&, t] {
-                threadIdx.x = unsigned(t);
-                blockIdx.x = unsigned(b);
-                auto run = [&]<int kT>() {
-                    if (f32) {
-                        fp8 ? gemv_wide_kernel<kT, true, true>(a, ldx, ldy) : gemv_wide_kernel<kT, true, false>(a, ldx, ldy);
-                    } else {
-                        fp8 ? gemv_wide_kernel<kT, false, true>(a, ldx, ldy) : gemv_wide_kernel<kT, false, false>(a, ldx, ldy);
-                    }
-                };
-                if (t_case == 1) run.operator()<1>();
-                if (t_case == 2) run.operator()<2>();
-                if (t_case == 4) run.operator()<4>();
-                if (t_case == 8) run.operator()<8>();
-            });
-        for (auto& x : th) x.join();
-    }
+    emu_run_ctas((a.n_out + kWideWarps - 1) / kWideWarps, kWideWarps * 32, 0, [&] {
+        auto run = [&]<int kT>() {
+            if (f32) {
+                fp8 ? gemv_wide_kernel<kT, true, true>(a, ldx, ldy) : gemv_wide_kernel<kT, true, false>(a, ldx, ldy);
+            } else {
+                fp8 ? gemv_wide_kernel<kT, false, true>(a, ldx, ldy) : gemv_wide_kernel<kT, false, false>(a, ldx, ldy);
+            }
+        };
+        if (t_case == 1) run.operator()<1>();
+        if (t_case == 2) run.operator()<2>();
+        if (t_case == 4) run.operator()<4>();
+        if (t_case == 8) run.operator()<8>();
+    });
 }
 }  // namespace osprey::cuda
 CPP

@@ -499,14 +499,16 @@ GemvParams gemv_params(const LinearArgs& a, int ldx, int ldy) {
 }
 
 // CTAs of the two parts of gemv_router_tail: the projection's (its automatic row block) and the router's
-// (8 rows each).
+// (8 rows each), and the dynamic shared memory of the larger part.
 struct RouterTailGrid {
     int rows_main, n_main, n_tail;
+    size_t smem;
 };
 RouterTailGrid router_tail_grid(const LinearArgs& proj, const LinearArgs& router) {
     const int rows = proj.gemv_rows ? proj.gemv_rows : gemv_rows_auto(proj.n_out);
     return {rows, std::min((proj.n_out + rows - 1) / rows, kGemvCtasPerSm * sm_count()),
-            std::min((router.n_out + 7) / 8, kGemvCtasPerSm * sm_count())};
+            std::min((router.n_out + 7) / 8, kGemvCtasPerSm * sm_count()),
+            std::max(gemv_smem_bytes(rows / 8, proj.n_tokens, proj.n_in), gemv_smem_bytes(1, router.n_tokens, router.n_in))};
 }
 
 void gemv(const LinearArgs& a, int ldx, int ldy, cudaStream_t stream) {
@@ -737,9 +739,8 @@ bool gemv_router_tail_supported(const LinearArgs& proj, const LinearArgs& router
     // One wave: every CTA of the grid resident at once (kGemvCtasPerSm per SM by registers; shared memory
     // checked here), so the router CTAs' wait cannot keep a projection CTA from starting.
     const RouterTailGrid g = router_tail_grid(proj, router);
-    const size_t smem = std::max(gemv_smem_bytes(g.rows_main / 8, T, proj.n_in), gemv_smem_bytes(1, T, router.n_in));
     return g.n_main + g.n_tail <= kGemvCtasPerSm * sm_count() &&
-           size_t(kGemvCtasPerSm) * (smem + 2048) <= size_t(smem_per_sm());
+           size_t(kGemvCtasPerSm) * (g.smem + 2048) <= size_t(smem_per_sm());
 }
 
 void gemv_router_tail(const LinearArgs& proj, const LinearArgs& router, unsigned* counter, cudaStream_t stream) {
@@ -747,15 +748,13 @@ void gemv_router_tail(const LinearArgs& proj, const LinearArgs& router, unsigned
                  "gemv_router_tail: needs a zeroed counter, an accumulating f32 BF16-weight projection on the GEMV "
                  "path and a router with the norm prologue of its output (linear.h)");
     const RouterTailGrid g = router_tail_grid(proj, router);
-    const int T = proj.n_tokens;
     const GemvTailParams tp{.main = gemv_params(proj, proj.ldx ? proj.ldx : proj.n_in, proj.n_out),
                             .tail = gemv_params(router, router.n_in, router.n_out),
                             .n_main = g.n_main,
                             .n_tail = g.n_tail,
                             .counter = counter};
-    const size_t smem = std::max(gemv_smem_bytes(g.rows_main / 8, T, proj.n_in), gemv_smem_bytes(1, T, router.n_in));
     dispatch_int<1, 2, 4>("gemv tiles", g.rows_main / 8, [&]<int kTiles>() {
-        cuda::launch(gemv_router_tail_kernel<kTiles>, g.n_main + g.n_tail, kGemvThreads, smem, stream, tp);
+        cuda::launch(gemv_router_tail_kernel<kTiles>, g.n_main + g.n_tail, kGemvThreads, g.smem, stream, tp);
     });
     CUDA_CHECK(cudaGetLastError());
 }

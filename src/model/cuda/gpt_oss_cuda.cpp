@@ -674,7 +674,7 @@ bool CudaRunner::router_tail(int T) const {
         const char* v = std::getenv("OSPREY_ROUTER_TAIL");
         return v && std::string_view(v) == "1";
     }();
-    return enabled && fuse_norms(T) && !weights_.layers[0].out_w.is_fp8();
+    return enabled && fuse_norms(T);
 }
 
 bool CudaRunner::fuse_rope(const Step& step) const {

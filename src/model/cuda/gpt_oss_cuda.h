@@ -178,9 +178,10 @@ private:
     // (decode-only steps that store in RoPE, BF16 cache, no dumps; $OSPREY_ATTN_ROPE=0 turns it off for
     // A/B runs): one launch fewer per layer.
     bool fuse_rope(const Step& step) const;
-    // Whether a step's out-projection is deferred and launched with the router as one grid
-    // (cuda::gemv_router_tail): fused norms, BF16 out-projection weights, and $OSPREY_ROUTER_TAIL=1
-    // (off by default until the H200 measures it).
+    // Whether a step's out-projection is deferred to moe_block and launched with the router as one grid
+    // (cuda::gemv_router_tail, or the two launches in order where it does not take the pair, e.g. FP8
+    // out-projection weights): fused norms and $OSPREY_ROUTER_TAIL=1 (off by default until the H200
+    // measures it).
     bool router_tail(int T) const;
     void gather_logits(std::vector<float>& out);  // sharded: every vocabulary row of the group's logits
     void distributed_greedy(std::vector<int32_t>& out);
